@@ -499,17 +499,45 @@ func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) (
 }
 
 const inboxGet = `-- name: InboxGet :one
-SELECT message_id, message_type, payload, headers, tenant_id, idempotency_key, created_at, visible_after, status, lease_owner, lease_expires_at, lease_generation, attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at FROM inbox_messages WHERE message_id = $1::uuid
+SELECT message_id, message_type, payload, headers, tenant_id,
+       idempotency_key, ''::text AS topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       completed_at AS finished_at, dead_lettered_at
+FROM inbox_messages
+WHERE message_id = $1::uuid
 `
 
 type InboxGetParams struct {
 	MessageID uuid.UUID
 }
 
-// InboxGet returns one inbox row by message_id, or pgx.ErrNoRows.
-func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (InboxMessage, error) {
+type InboxGetRow struct {
+	MessageID       uuid.UUID
+	MessageType     string
+	Payload         []byte
+	Headers         []byte
+	TenantID        *string
+	IdempotencyKey  *string
+	Topic           string
+	CreatedAt       time.Time
+	VisibleAfter    time.Time
+	Status          string
+	LeaseOwner      *string
+	LeaseExpiresAt  *time.Time
+	LeaseGeneration int64
+	AttemptCount    int32
+	LastAttemptedAt *time.Time
+	LastError       *string
+	FinishedAt      *time.Time
+	DeadLetteredAt  *time.Time
+}
+
+// InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
+// completed_at is returned as finished_at.
+func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (InboxGetRow, error) {
 	row := db.QueryRow(ctx, inboxGet, arg.MessageID)
-	var i InboxMessage
+	var i InboxGetRow
 	err := row.Scan(
 		&i.MessageID,
 		&i.MessageType,
@@ -517,6 +545,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.Headers,
 		&i.TenantID,
 		&i.IdempotencyKey,
+		&i.Topic,
 		&i.CreatedAt,
 		&i.VisibleAfter,
 		&i.Status,
@@ -526,7 +555,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.AttemptCount,
 		&i.LastAttemptedAt,
 		&i.LastError,
-		&i.CompletedAt,
+		&i.FinishedAt,
 		&i.DeadLetteredAt,
 	)
 	return i, err
@@ -571,7 +600,11 @@ func (q *Queries) InboxLeaseHealth(ctx context.Context, db DBTX, arg InboxLeaseH
 }
 
 const inboxList = `-- name: InboxList :many
-SELECT message_id, message_type, payload, headers, tenant_id, idempotency_key, created_at, visible_after, status, lease_owner, lease_expires_at, lease_generation, attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at
+SELECT message_id, message_type, payload, headers, tenant_id,
+       idempotency_key, ''::text AS topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
 ORDER BY created_at, message_id
@@ -584,18 +617,39 @@ type InboxListParams struct {
 	MaxRows        int32
 }
 
+type InboxListRow struct {
+	MessageID       uuid.UUID
+	MessageType     string
+	Payload         []byte
+	Headers         []byte
+	TenantID        *string
+	IdempotencyKey  *string
+	Topic           string
+	CreatedAt       time.Time
+	VisibleAfter    time.Time
+	Status          string
+	LeaseOwner      *string
+	LeaseExpiresAt  *time.Time
+	LeaseGeneration int64
+	AttemptCount    int32
+	LastAttemptedAt *time.Time
+	LastError       *string
+	FinishedAt      *time.Time
+	DeadLetteredAt  *time.Time
+}
+
 // InboxList returns up to max_rows inbox rows ordered by (created_at,
 // message_id), starting after after_created_at/after_message_id (keyset
 // pagination; pass the zero time and zero uuid for the first page).
-func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) ([]InboxMessage, error) {
+func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) ([]InboxListRow, error) {
 	rows, err := db.Query(ctx, inboxList, arg.AfterCreatedAt, arg.AfterMessageID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxMessage{}
+	items := []InboxListRow{}
 	for rows.Next() {
-		var i InboxMessage
+		var i InboxListRow
 		if err := rows.Scan(
 			&i.MessageID,
 			&i.MessageType,
@@ -603,6 +657,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.Headers,
 			&i.TenantID,
 			&i.IdempotencyKey,
+			&i.Topic,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.Status,
@@ -612,7 +667,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.AttemptCount,
 			&i.LastAttemptedAt,
 			&i.LastError,
-			&i.CompletedAt,
+			&i.FinishedAt,
 			&i.DeadLetteredAt,
 		); err != nil {
 			return nil, err

@@ -416,23 +416,52 @@ func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams)
 }
 
 const outboxGet = `-- name: OutboxGet :one
-SELECT message_id, message_type, payload, headers, tenant_id, topic, created_at, visible_after, status, lease_owner, lease_expires_at, lease_generation, attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at FROM outbox_messages WHERE message_id = $1::uuid
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       published_at AS finished_at, dead_lettered_at
+FROM outbox_messages
+WHERE message_id = $1::uuid
 `
 
 type OutboxGetParams struct {
 	MessageID uuid.UUID
 }
 
-// OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows.
-func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (OutboxMessage, error) {
+type OutboxGetRow struct {
+	MessageID       uuid.UUID
+	MessageType     string
+	Payload         []byte
+	Headers         []byte
+	TenantID        *string
+	IdempotencyKey  *string
+	Topic           string
+	CreatedAt       time.Time
+	VisibleAfter    time.Time
+	Status          string
+	LeaseOwner      *string
+	LeaseExpiresAt  *time.Time
+	LeaseGeneration int64
+	AttemptCount    int32
+	LastAttemptedAt *time.Time
+	LastError       *string
+	FinishedAt      *time.Time
+	DeadLetteredAt  *time.Time
+}
+
+// OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows;
+// published_at is returned as finished_at.
+func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (OutboxGetRow, error) {
 	row := db.QueryRow(ctx, outboxGet, arg.MessageID)
-	var i OutboxMessage
+	var i OutboxGetRow
 	err := row.Scan(
 		&i.MessageID,
 		&i.MessageType,
 		&i.Payload,
 		&i.Headers,
 		&i.TenantID,
+		&i.IdempotencyKey,
 		&i.Topic,
 		&i.CreatedAt,
 		&i.VisibleAfter,
@@ -443,7 +472,7 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 		&i.AttemptCount,
 		&i.LastAttemptedAt,
 		&i.LastError,
-		&i.PublishedAt,
+		&i.FinishedAt,
 		&i.DeadLetteredAt,
 	)
 	return i, err
@@ -488,7 +517,11 @@ func (q *Queries) OutboxLeaseHealth(ctx context.Context, db DBTX, arg OutboxLeas
 }
 
 const outboxList = `-- name: OutboxList :many
-SELECT message_id, message_type, payload, headers, tenant_id, topic, created_at, visible_after, status, lease_owner, lease_expires_at, lease_generation, attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
 ORDER BY created_at, message_id
@@ -501,24 +534,46 @@ type OutboxListParams struct {
 	MaxRows        int32
 }
 
+type OutboxListRow struct {
+	MessageID       uuid.UUID
+	MessageType     string
+	Payload         []byte
+	Headers         []byte
+	TenantID        *string
+	IdempotencyKey  *string
+	Topic           string
+	CreatedAt       time.Time
+	VisibleAfter    time.Time
+	Status          string
+	LeaseOwner      *string
+	LeaseExpiresAt  *time.Time
+	LeaseGeneration int64
+	AttemptCount    int32
+	LastAttemptedAt *time.Time
+	LastError       *string
+	FinishedAt      *time.Time
+	DeadLetteredAt  *time.Time
+}
+
 // OutboxList returns up to max_rows outbox rows ordered by (created_at,
 // message_id), starting after after_created_at/after_message_id (keyset
 // pagination; pass the zero time and zero uuid for the first page).
-func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxMessage, error) {
+func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxListRow, error) {
 	rows, err := db.Query(ctx, outboxList, arg.AfterCreatedAt, arg.AfterMessageID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxMessage{}
+	items := []OutboxListRow{}
 	for rows.Next() {
-		var i OutboxMessage
+		var i OutboxListRow
 		if err := rows.Scan(
 			&i.MessageID,
 			&i.MessageType,
 			&i.Payload,
 			&i.Headers,
 			&i.TenantID,
+			&i.IdempotencyKey,
 			&i.Topic,
 			&i.CreatedAt,
 			&i.VisibleAfter,
@@ -529,7 +584,7 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 			&i.AttemptCount,
 			&i.LastAttemptedAt,
 			&i.LastError,
-			&i.PublishedAt,
+			&i.FinishedAt,
 			&i.DeadLetteredAt,
 		); err != nil {
 			return nil, err

@@ -228,9 +228,16 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
--- InboxGet returns one inbox row by message_id, or pgx.ErrNoRows.
+-- InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
+-- completed_at is returned as finished_at.
 -- name: InboxGet :one
-SELECT * FROM inbox_messages WHERE message_id = @message_id::uuid;
+SELECT message_id, message_type, payload, headers, tenant_id,
+       idempotency_key, ''::text AS topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       completed_at AS finished_at, dead_lettered_at
+FROM inbox_messages
+WHERE message_id = @message_id::uuid;
 
 -- InboxLeaseHealth returns, at the database's now, the number of processing
 -- rows whose lease has expired and not yet been reclaimed, and the age of the
@@ -257,7 +264,11 @@ SELECT
 -- message_id), starting after after_created_at/after_message_id (keyset
 -- pagination; pass the zero time and zero uuid for the first page).
 -- name: InboxList :many
-SELECT *
+SELECT message_id, message_type, payload, headers, tenant_id,
+       idempotency_key, ''::text AS topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
 ORDER BY created_at, message_id

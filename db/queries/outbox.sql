@@ -225,9 +225,16 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
--- OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows.
+-- OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows;
+-- published_at is returned as finished_at.
 -- name: OutboxGet :one
-SELECT * FROM outbox_messages WHERE message_id = @message_id::uuid;
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       published_at AS finished_at, dead_lettered_at
+FROM outbox_messages
+WHERE message_id = @message_id::uuid;
 
 -- OutboxLeaseHealth returns, at the database's now, the number of publishing
 -- rows whose lease has expired and not yet been reclaimed, and the age of the
@@ -254,7 +261,11 @@ SELECT
 -- message_id), starting after after_created_at/after_message_id (keyset
 -- pagination; pass the zero time and zero uuid for the first page).
 -- name: OutboxList :many
-SELECT *
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, status, lease_owner, lease_expires_at,
+       lease_generation, attempt_count, last_attempted_at, last_error,
+       published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
 ORDER BY created_at, message_id

@@ -1,0 +1,412 @@
+package leasing
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// MemoryOptions configures a Memory store.
+type MemoryOptions struct {
+	// Now is the store's clock, the stand-in for the database clock.
+	// Defaults to time.Now. Times are kept to the microsecond, like PostgreSQL.
+	Now func() time.Time
+}
+
+// Memory is an in-process Store with the same semantics as Postgres, for
+// unit tests and for callers that want the processor loops without a
+// database. It is safe for concurrent use; every method is atomic.
+//
+// Unlike the PostgreSQL schema, Memory accepts legacy in-flight rows with
+// no lease expiry (see Load): a claim reclaims such a row once its last
+// attempt (or, without one, its creation) is older than the claim's LeaseFor.
+type Memory struct {
+	queue Queue
+	now   func() time.Time
+
+	mu   sync.Mutex
+	rows map[uuid.UUID]*Row
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty in-memory store for queue q.
+//
+// Errors: an *ArgumentError for an unknown queue.
+func NewMemory(q Queue, opts MemoryOptions) (*Memory, error) {
+	if _, err := ParseQueue(string(q)); err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{queue: q, now: now, rows: make(map[uuid.UUID]*Row)}, nil
+}
+
+// Queue returns the queue this store serves.
+func (m *Memory) Queue() Queue { return m.queue }
+
+func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
+
+// Load stores rows as given, replacing rows with the same ID: for importing
+// state and for tests of edge cases the API cannot produce, such as legacy
+// in-flight rows without a lease expiry.
+//
+// Errors: an *ArgumentError for a row with an unknown status or a nil ID.
+func (m *Memory) Load(rows ...Row) error {
+	for _, r := range rows {
+		if _, err := m.queue.ParseStatus(string(r.Status)); err != nil {
+			return err
+		}
+		if r.ID == uuid.Nil {
+			return argumentError("row", "message id must not be nil")
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range rows {
+		m.rows[r.ID] = &r
+	}
+	return nil
+}
+
+// Enqueue implements Store.Enqueue.
+//
+// Errors: as Postgres; ErrDuplicate on the outbox for an id already present
+// (nothing is inserted then).
+func (m *Memory) Enqueue(_ context.Context, msgs ...NewMessage) (EnqueueResult, error) {
+	msgs, err := validateMessages(m.queue, msgs)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	inserted := []uuid.UUID{}
+	added := map[uuid.UUID]*Row{}
+	keys := map[[2]string]bool{}
+	for _, r := range m.rows {
+		if r.IdempotencyKey != "" {
+			keys[[2]string{r.TenantID, r.IdempotencyKey}] = true
+		}
+	}
+	for _, msg := range msgs {
+		if m.rows[msg.ID] != nil || added[msg.ID] != nil {
+			if m.queue == Outbox {
+				return EnqueueResult{}, fmt.Errorf("%w: outbox message %s", ErrDuplicate, msg.ID)
+			}
+			continue
+		}
+		key := [2]string{msg.TenantID, msg.IdempotencyKey}
+		if msg.IdempotencyKey != "" && keys[key] {
+			continue
+		}
+		keys[key] = msg.IdempotencyKey != ""
+		now := m.clock()
+		added[msg.ID] = &Row{
+			Message: Message{
+				ID: msg.ID, Type: msg.Type, Payload: msg.Payload, Headers: msg.Headers,
+				TenantID: msg.TenantID, IdempotencyKey: msg.IdempotencyKey, Topic: msg.Topic,
+				CreatedAt: now, VisibleAfter: now.Add(msg.Delay.Truncate(time.Microsecond)),
+			},
+			Status: StatusPending,
+		}
+		inserted = append(inserted, msg.ID)
+	}
+	for id, r := range added {
+		m.rows[id] = r
+	}
+	return enqueueResult(msgs, inserted), nil
+}
+
+// due reports whether r may be claimed at now by a claim leasing for leaseFor.
+func (m *Memory) due(r *Row, now time.Time, leaseFor time.Duration) bool {
+	switch r.Status {
+	case StatusPending, StatusFailed:
+		return !r.VisibleAfter.After(now)
+	case m.queue.InFlight():
+		if r.LeaseExpiresAt != nil {
+			return !r.LeaseExpiresAt.After(now)
+		}
+		since := r.CreatedAt
+		if r.LastAttemptedAt != nil {
+			since = *r.LastAttemptedAt
+		}
+		return !since.Add(leaseFor).After(now)
+	}
+	return false
+}
+
+// ordered returns the rows that keep returns true for, in claim order.
+func (m *Memory) ordered(keep func(*Row) bool) []*Row {
+	var out []*Row
+	for _, r := range m.rows {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Row) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	return out
+}
+
+// Claim implements Store.Claim.
+func (m *Memory) Claim(_ context.Context, req ClaimRequest) ([]Lease, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	leaseFor := req.LeaseFor.Truncate(time.Microsecond)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	due := m.ordered(func(r *Row) bool {
+		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.due(r, now, leaseFor)
+	})
+	leases := []Lease{}
+	for _, r := range due[:min(len(due), req.BatchSize)] {
+		expires := now.Add(leaseFor)
+		attempted := now
+		r.Status, r.LeaseOwner, r.LeaseExpiresAt = m.queue.InFlight(), req.Owner, &expires
+		r.LeaseGeneration++
+		r.AttemptCount++
+		r.LastAttemptedAt = &attempted
+		leases = append(leases, Lease{
+			Queue: m.queue, Owner: req.Owner, Generation: r.LeaseGeneration, ExpiresAt: expires,
+			Attempt: r.AttemptCount, LastError: r.LastError, Message: r.Message,
+		})
+	}
+	return leases, nil
+}
+
+// holds reports whether l is the current lease on r.
+func (m *Memory) holds(r *Row, l Lease) bool {
+	return r != nil && r.Status == m.queue.InFlight() && r.LeaseOwner == l.Owner && r.LeaseGeneration == l.Generation
+}
+
+// Renew implements Store.Renew.
+func (m *Memory) Renew(_ context.Context, leaseFor time.Duration, leases ...Lease) (RenewResult, error) {
+	if _, err := validateLeases(m.queue, leases); err != nil {
+		return RenewResult{}, err
+	}
+	if err := validateLeaseFor(leaseFor); err != nil {
+		return RenewResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	expiry := map[uuid.UUID]time.Time{}
+	for _, l := range leases {
+		r := m.rows[l.Message.ID]
+		if m.holds(r, l) && r.LeaseExpiresAt != nil && r.LeaseExpiresAt.After(now) {
+			t := now.Add(leaseFor.Truncate(time.Microsecond))
+			r.LeaseExpiresAt = &t
+			expiry[l.Message.ID] = t
+		}
+	}
+	return renewResult(leases, expiry), nil
+}
+
+// write applies set to every row still held by its lease and classifies
+// the rest like the SQL statements do: already applied when the row is in
+// target state written by this very lease (done reports that), terminal,
+// lost, or not found.
+func (m *Memory) write(leases []Lease, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	res := WriteResult{Outcomes: make([]MessageOutcome, len(leases))}
+	for i, l := range leases {
+		r := m.rows[l.Message.ID]
+		var o Outcome
+		switch {
+		case m.holds(r, l):
+			set(r, i, now)
+			o = OutcomeApplied
+		case r == nil:
+			o = OutcomeNotFound
+		case done(r, l):
+			o = OutcomeAlreadyApplied
+		case r.Status.Terminal():
+			o = OutcomeTerminal
+		default:
+			o = OutcomeLost
+		}
+		res.Outcomes[i] = MessageOutcome{MessageID: l.Message.ID, Outcome: o}
+	}
+	return res
+}
+
+// wroteAs returns a done check: r is in status s under lease l.
+func wroteAs(s Status) func(*Row, Lease) bool {
+	return func(r *Row, l Lease) bool {
+		return r.Status == s && r.LeaseOwner == l.Owner && r.LeaseGeneration == l.Generation
+	}
+}
+
+// Release implements Store.Release.
+func (m *Memory) Release(_ context.Context, leases ...Lease) (WriteResult, error) {
+	if _, err := validateLeases(m.queue, leases); err != nil {
+		return WriteResult{}, err
+	}
+	released := func(r *Row, l Lease) bool {
+		return r.Status == StatusPending && r.LeaseOwner == "" && r.LeaseGeneration == l.Generation
+	}
+	return m.write(leases, released, func(r *Row, _ int, now time.Time) {
+		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
+		r.AttemptCount = max(r.AttemptCount-1, 0)
+	}), nil
+}
+
+// Complete implements Store.Complete.
+func (m *Memory) Complete(_ context.Context, leases ...Lease) (WriteResult, error) {
+	if _, err := validateLeases(m.queue, leases); err != nil {
+		return WriteResult{}, err
+	}
+	return m.write(leases, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
+		r.Status, r.FinishedAt, r.LeaseExpiresAt = m.queue.Succeeded(), &now, nil
+	}), nil
+}
+
+// Fail implements Store.Fail.
+func (m *Memory) Fail(_ context.Context, failures ...Failure) (WriteResult, error) {
+	if _, err := validateFailures(m.queue, failures); err != nil {
+		return WriteResult{}, err
+	}
+	return m.write(leasesOf(failures), wroteAs(StatusFailed), func(r *Row, i int, now time.Time) {
+		r.Status, r.LeaseExpiresAt = StatusFailed, nil
+		r.VisibleAfter = now.Add(failures[i].RetryAfter.Truncate(time.Microsecond))
+		r.LastError = SanitizeError(failures[i].Error)
+	}), nil
+}
+
+// DeadLetter implements Store.DeadLetter.
+func (m *Memory) DeadLetter(_ context.Context, failures ...Failure) (WriteResult, error) {
+	if _, err := validateFailures(m.queue, failures); err != nil {
+		return WriteResult{}, err
+	}
+	return m.write(leasesOf(failures), wroteAs(StatusDeadLettered), func(r *Row, i int, now time.Time) {
+		r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &now, nil
+		r.LastError = SanitizeError(failures[i].Error)
+	}), nil
+}
+
+func leasesOf(failures []Failure) []Lease {
+	leases := make([]Lease, len(failures))
+	for i, f := range failures {
+		leases[i] = f.Lease
+	}
+	return leases
+}
+
+// Requeue implements Store.Requeue.
+func (m *Memory) Requeue(_ context.Context, ids ...uuid.UUID) (RequeueResult, error) {
+	if err := validateIDs(ids); err != nil {
+		return RequeueResult{}, err
+	}
+	want := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return RequeueResult{Requested: len(ids), Requeued: m.requeue(func(id uuid.UUID) bool { return want[id] })}, nil
+}
+
+// RequeueAll implements Store.RequeueAll.
+func (m *Memory) RequeueAll(_ context.Context) (RequeueResult, error) {
+	requeued := m.requeue(func(uuid.UUID) bool { return true })
+	return RequeueResult{Requested: len(requeued), Requeued: requeued}, nil
+}
+
+func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	requeued := []uuid.UUID{}
+	for id, r := range m.rows {
+		if r.Status != StatusDeadLettered || !want(id) {
+			continue
+		}
+		r.Status, r.VisibleAfter, r.AttemptCount = StatusPending, now, 0
+		r.LeaseOwner, r.LeaseExpiresAt, r.LastError, r.DeadLetteredAt = "", nil, "", nil
+		requeued = append(requeued, id)
+	}
+	slices.SortFunc(requeued, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return requeued
+}
+
+// Purge implements Store.Purge.
+func (m *Memory) Purge(_ context.Context, req PurgeRequest) (int, error) {
+	if err := req.validate(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cutoff := m.clock().Add(-req.OlderThan.Truncate(time.Microsecond))
+	deleted := 0
+	for id, r := range m.rows {
+		if deleted == req.BatchSize {
+			break
+		}
+		finished := r.Status == m.queue.Succeeded() && r.FinishedAt.Before(cutoff)
+		dead := req.IncludeDeadLettered && r.Status == StatusDeadLettered && r.DeadLetteredAt.Before(cutoff)
+		if finished || dead {
+			delete(m.rows, id)
+			deleted++
+		}
+	}
+	return deleted, nil
+}
+
+// Stats implements Store.Stats.
+func (m *Memory) Stats(_ context.Context) (Stats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	st := Stats{Queue: m.queue, Depth: emptyDepth(m.queue)}
+	var oldest *time.Time
+	for _, r := range m.rows {
+		st.Depth[r.Status]++
+		expired := r.Status == m.queue.InFlight() && r.LeaseExpiresAt != nil && !r.LeaseExpiresAt.After(now)
+		ready := (r.Status == StatusPending || r.Status == StatusFailed) && !r.VisibleAfter.After(now)
+		if expired {
+			st.ExpiredLeases++
+		}
+		if (expired || ready) && (oldest == nil || r.CreatedAt.Before(*oldest)) {
+			oldest = &r.CreatedAt
+		}
+	}
+	if oldest != nil {
+		st.OldestDueAge = now.Sub(*oldest)
+	}
+	return st, nil
+}
+
+// Get implements Store.Get.
+func (m *Memory) Get(_ context.Context, id uuid.UUID) (Row, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rows[id]
+	if r == nil {
+		return Row{}, fmt.Errorf("%w: %s message %s", ErrNotFound, m.queue, id)
+	}
+	return *r, nil
+}
+
+// Rows returns a copy of every row ordered by (CreatedAt, ID).
+func (m *Memory) Rows() []Row {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Row
+	for _, r := range m.ordered(func(*Row) bool { return true }) {
+		out = append(out, *r)
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package leasing
+
+import (
+	"encoding/json"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Limits enforced by both stores before any statement runs.
+const (
+	// MaxBatchSize is the largest number of rows one claim, enqueue, write
+	// or requeue call takes.
+	MaxBatchSize = 10_000
+	// MaxLeaseDuration is the longest lease a claim or renew grants.
+	MaxLeaseDuration = 24 * time.Hour
+	// MaxOwnerBytes is the longest lease owner name, in bytes of UTF-8.
+	MaxOwnerBytes = 200
+	// MaxPayloadBytes is the largest message payload, in bytes.
+	MaxPayloadBytes = 1 << 20
+	// MaxErrorBytes is the longest error text stored in last_error; longer
+	// texts are cut (on a UTF-8 boundary), never rejected.
+	MaxErrorBytes = 8 << 10
+	// MaxDelay is the longest enqueue delay or retry delay.
+	MaxDelay = 365 * 24 * time.Hour
+)
+
+// ClaimRequest asks for leases on up to BatchSize due messages.
+type ClaimRequest struct {
+	// Owner is the lease owner, 1..MaxOwnerBytes bytes of UTF-8; use
+	// NewOwner to make one that is unique per process.
+	Owner string
+	// BatchSize is the most rows to claim, 1..MaxBatchSize.
+	BatchSize int
+	// LeaseFor is how long each lease lasts from the store's now,
+	// 1µs..MaxLeaseDuration; stored to the microsecond.
+	LeaseFor time.Duration
+	// TenantID, when not empty, claims only that tenant's rows.
+	TenantID string
+}
+
+// Validate returns nil when r can run.
+//
+// Errors: an *ArgumentError naming the first bad field.
+func (r ClaimRequest) Validate() error {
+	if err := validateOwner(r.Owner); err != nil {
+		return err
+	}
+	if r.BatchSize < 1 || r.BatchSize > MaxBatchSize {
+		return argumentError("batch size", "must be 1..%d, got %d", MaxBatchSize, r.BatchSize)
+	}
+	return validateLeaseFor(r.LeaseFor)
+}
+
+// NewMessage is a message to enqueue.
+type NewMessage struct {
+	// ID is the message_id; the zero UUID asks for a new UUIDv7.
+	ID uuid.UUID
+	// Type is the application's message type name; may be empty.
+	Type string
+	// Payload is the body, 0..MaxPayloadBytes bytes; nil is stored as empty.
+	Payload []byte
+	// Headers is a JSON object or empty (stored as {}).
+	Headers json.RawMessage
+	// TenantID is empty for no tenant.
+	TenantID string
+	// IdempotencyKey deduplicates inbox messages per tenant; it must be empty
+	// on the outbox.
+	IdempotencyKey string
+	// Topic is the outbox destination; it must be empty on the inbox.
+	Topic string
+	// Delay defers the first claim by this long from the store's now,
+	// 0..MaxDelay.
+	Delay time.Duration
+}
+
+// Failure is the outcome of a failed attempt, for Fail and DeadLetter.
+type Failure struct {
+	// Lease is the lease the attempt ran under.
+	Lease Lease
+	// RetryAfter is how long from the store's now the message stays
+	// invisible, 0..MaxDelay. DeadLetter ignores it.
+	RetryAfter time.Duration
+	// Error is the text stored in last_error. NUL bytes and invalid UTF-8 are
+	// replaced with U+FFFD and the text is cut to MaxErrorBytes.
+	Error string
+}
+
+func validateOwner(owner string) error {
+	switch {
+	case owner == "":
+		return argumentError("owner", "must not be empty")
+	case len(owner) > MaxOwnerBytes:
+		return argumentError("owner", "must be at most %d bytes, got %d", MaxOwnerBytes, len(owner))
+	case !utf8.ValidString(owner):
+		return argumentError("owner", "must be valid UTF-8")
+	}
+	for _, r := range owner {
+		if r == 0 {
+			return argumentError("owner", "must not contain NUL")
+		}
+	}
+	return nil
+}
+
+func validateLeaseFor(d time.Duration) error {
+	if d < time.Microsecond || d > MaxLeaseDuration {
+		return argumentError("lease duration", "must be 1µs..%s, got %s", MaxLeaseDuration, d)
+	}
+	return nil
+}
+
+func validateDelay(field string, d time.Duration) error {
+	if d < 0 || d > MaxDelay {
+		return argumentError(field, "must be 0..%s, got %s", MaxDelay, d)
+	}
+	return nil
+}
+
+func validateCount(field string, n int) error {
+	if n < 1 || n > MaxBatchSize {
+		return argumentError(field, "must hold 1..%d items, got %d", MaxBatchSize, n)
+	}
+	return nil
+}
+
+// validateMessages checks msgs for queue q and returns them with IDs,
+// headers and payloads filled in. The input slice is not modified.
+func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
+	if err := validateCount("messages", len(msgs)); err != nil {
+		return nil, err
+	}
+	out := make([]NewMessage, len(msgs))
+	seen := make(map[uuid.UUID]bool, len(msgs))
+	for i, m := range msgs {
+		switch {
+		case len(m.Payload) > MaxPayloadBytes:
+			return nil, argumentError("payload", "message %d has %d bytes, more than %d", i, len(m.Payload), MaxPayloadBytes)
+		case q == Outbox && m.IdempotencyKey != "":
+			return nil, argumentError("idempotency key", "is an inbox field; message %d is for the outbox", i)
+		case q == Inbox && m.Topic != "":
+			return nil, argumentError("topic", "is an outbox field; message %d is for the inbox", i)
+		case len(m.Headers) > 0 && !isJSONObject(m.Headers):
+			return nil, argumentError("headers", "message %d: must be a JSON object", i)
+		}
+		for _, text := range []string{m.Type, m.TenantID, m.IdempotencyKey, m.Topic} {
+			if !validText(text) {
+				return nil, argumentError("message text", "message %d: type, tenant, key and topic must be UTF-8 without NUL", i)
+			}
+		}
+		if err := validateDelay("delay", m.Delay); err != nil {
+			return nil, err
+		}
+		if m.ID == uuid.Nil {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, err
+			}
+			m.ID = id
+		}
+		if seen[m.ID] {
+			return nil, argumentError("message id", "%s appears twice", m.ID)
+		}
+		seen[m.ID] = true
+		if len(m.Headers) == 0 {
+			m.Headers = json.RawMessage("{}")
+		}
+		if m.Payload == nil {
+			m.Payload = []byte{}
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// validateLeases checks that leases is a non-empty batch of distinct
+// messages of queue q held by one owner, and returns that owner.
+func validateLeases(q Queue, leases []Lease) (string, error) {
+	if err := validateCount("leases", len(leases)); err != nil {
+		return "", err
+	}
+	owner := leases[0].Owner
+	seen := make(map[uuid.UUID]bool, len(leases))
+	for _, l := range leases {
+		switch {
+		case l.Queue != q:
+			return "", argumentError("lease", "%s is from the %s queue, not %s", l.Message.ID, l.Queue, q)
+		case l.Owner != owner:
+			return "", argumentError("lease", "one batch must hold one owner's leases, got %q and %q", owner, l.Owner)
+		case seen[l.Message.ID]:
+			return "", argumentError("lease", "%s appears twice", l.Message.ID)
+		case l.Generation < 1:
+			return "", argumentError("lease", "%s has generation %d; leases come from Claim", l.Message.ID, l.Generation)
+		}
+		seen[l.Message.ID] = true
+	}
+	return owner, validateOwner(owner)
+}
+
+func validateFailures(q Queue, failures []Failure) (string, error) {
+	leases := make([]Lease, len(failures))
+	for i, f := range failures {
+		if err := validateDelay("retry delay", f.RetryAfter); err != nil {
+			return "", err
+		}
+		leases[i] = f.Lease
+	}
+	return validateLeases(q, leases)
+}
+
+func validateIDs(ids []uuid.UUID) error {
+	if err := validateCount("message ids", len(ids)); err != nil {
+		return err
+	}
+	seen := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return argumentError("message ids", "%s appears twice", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+func validText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
+// SanitizeError returns text as stored in last_error: invalid UTF-8 and NUL
+// bytes replaced by U+FFFD, cut to at most MaxErrorBytes on a rune boundary.
+func SanitizeError(text string) string {
+	var b []byte
+	for _, r := range text {
+		if r == 0 {
+			r = utf8.RuneError
+		}
+		if len(b)+utf8.RuneLen(r) > MaxErrorBytes {
+			break
+		}
+		b = utf8.AppendRune(b, r)
+	}
+	return string(b)
+}

@@ -1,0 +1,215 @@
+package leasing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Store is the lease store contract that Postgres and Memory implement and
+// leasingtest checks. A Store serves one Queue and is safe for concurrent use.
+//
+// Batch methods take 1..MaxBatchSize items and validate all of them before
+// any statement runs: on bad input they return an *ArgumentError and change
+// nothing. Per-message results come back in input order. Other errors are
+// the driver's (connection, context) and leave the batch unapplied.
+type Store interface {
+	// Queue returns the queue this store serves.
+	Queue() Queue
+
+	// Enqueue adds messages, due after their Delay from the store's now, in
+	// slice order (their CreatedAt increases in that order). Inbox messages
+	// whose ID or (TenantID, IdempotencyKey) is already present are skipped
+	// and reported as duplicates.
+	Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error)
+
+	// Claim leases up to r.BatchSize due messages to r.Owner for r.LeaseFor.
+	// Due are pending and failed rows whose VisibleAfter has passed and in-flight
+	// rows whose lease has expired. Returns 0..BatchSize leases ordered by
+	// (CreatedAt, ID), never nil. Each claim bumps the generation and attempt.
+	Claim(ctx context.Context, r ClaimRequest) ([]Lease, error)
+
+	// Renew extends each lease to the store's now + leaseFor while its owner,
+	// generation and in-flight status still match and it has not expired.
+	Renew(ctx context.Context, leaseFor time.Duration, leases ...Lease) (RenewResult, error)
+
+	// Release gives leases back early: the row is pending and due at once,
+	// its lease owner and expiry are cleared and the attempt the claim counted
+	// is returned. The generation stays, so the released lease is fenced.
+	Release(ctx context.Context, leases ...Lease) (WriteResult, error)
+
+	// Complete writes the queue's success state (completed or published).
+	Complete(ctx context.Context, leases ...Lease) (WriteResult, error)
+
+	// Fail writes failed: the message is due again RetryAfter from the
+	// store's now, with Error as its last error.
+	Fail(ctx context.Context, failures ...Failure) (WriteResult, error)
+
+	// DeadLetter writes dead_lettered with Error as the last error.
+	DeadLetter(ctx context.Context, failures ...Failure) (WriteResult, error)
+
+	// Requeue moves the given dead-lettered messages back to pending, due at
+	// once, with attempts, lease owner and last error cleared; other ids are
+	// left alone. Requeue with no ids is an argument error: use RequeueAll.
+	Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error)
+
+	// RequeueAll does Requeue for every dead-lettered message of the queue.
+	RequeueAll(ctx context.Context) (RequeueResult, error)
+
+	// Purge deletes up to r.BatchSize terminal messages finished more than
+	// r.OlderThan ago (by completion, publication or dead-letter time, never
+	// creation time) and returns how many it deleted. Active rows are never
+	// touched. Call it until it returns fewer than r.BatchSize.
+	Purge(ctx context.Context, r PurgeRequest) (int, error)
+
+	// Stats returns queue depth by status and lease health at the store's now.
+	Stats(ctx context.Context) (Stats, error)
+
+	// Get returns one message's stored state.
+	// Errors: ErrNotFound when the queue holds no such id.
+	Get(ctx context.Context, id uuid.UUID) (Row, error)
+}
+
+// EnqueueResult reports an Enqueue call.
+type EnqueueResult struct {
+	// IDs holds every input message's id, in input order.
+	IDs []uuid.UUID
+	// Duplicates holds the ids skipped as already present (inbox only), in
+	// input order; empty when all were inserted.
+	Duplicates []uuid.UUID
+}
+
+// Outcome says what a guarded write did to one message.
+type Outcome string
+
+const (
+	// OutcomeApplied: the write changed the row.
+	OutcomeApplied Outcome = "applied"
+	// OutcomeAlreadyApplied: this same lease had already written this same
+	// state (a retry after an unknown commit); nothing changed.
+	OutcomeAlreadyApplied Outcome = "already_applied"
+	// OutcomeTerminal: the row is completed, published or dead-lettered
+	// under another lease; nothing changed.
+	OutcomeTerminal Outcome = "terminal"
+	// OutcomeLost: the lease expired and was reclaimed, or was released; the
+	// row belongs to someone else and nothing changed.
+	OutcomeLost Outcome = "lost"
+	// OutcomeNotFound: no row has this message id.
+	OutcomeNotFound Outcome = "not_found"
+)
+
+// Succeeded reports whether the row now holds the state the write asked for
+// (applied, or already applied by this lease).
+func (o Outcome) Succeeded() bool { return o == OutcomeApplied || o == OutcomeAlreadyApplied }
+
+// MessageOutcome is one message's outcome in a WriteResult.
+type MessageOutcome struct {
+	// MessageID is the message written.
+	MessageID uuid.UUID
+	// Outcome is what the write did.
+	Outcome Outcome
+}
+
+// WriteResult reports a guarded batch write, one entry per input in order.
+type WriteResult struct {
+	// Outcomes holds one entry per input lease, in input order.
+	Outcomes []MessageOutcome
+}
+
+// Count returns how many messages ended with outcome o.
+func (r WriteResult) Count(o Outcome) int {
+	n := 0
+	for _, m := range r.Outcomes {
+		if m.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Err returns nil when every write succeeded (applied or already applied);
+// otherwise an error naming the first failed message that matches
+// ErrLeaseLost, ErrAlreadyTerminal or ErrNotFound with errors.Is.
+func (r WriteResult) Err() error {
+	for _, m := range r.Outcomes {
+		switch m.Outcome {
+		case OutcomeLost:
+			return fmt.Errorf("%w: message %s", ErrLeaseLost, m.MessageID)
+		case OutcomeTerminal:
+			return fmt.Errorf("%w: message %s", ErrAlreadyTerminal, m.MessageID)
+		case OutcomeNotFound:
+			return fmt.Errorf("%w: message %s", ErrNotFound, m.MessageID)
+		}
+	}
+	return nil
+}
+
+// RenewResult reports a Renew call.
+type RenewResult struct {
+	// Renewed holds the renewed leases with their new ExpiresAt, in input order.
+	Renewed []Lease
+	// Lost holds the ids of messages whose lease could not be renewed, in
+	// input order: expired, reclaimed, released or finished.
+	Lost []uuid.UUID
+}
+
+// Err returns nil when every lease was renewed, else an error matching
+// ErrLeaseLost that names the first lost message.
+func (r RenewResult) Err() error {
+	if len(r.Lost) > 0 {
+		return fmt.Errorf("%w: message %s", ErrLeaseLost, r.Lost[0])
+	}
+	return nil
+}
+
+// RequeueResult reports a Requeue or RequeueAll call.
+type RequeueResult struct {
+	// Requested is the number of ids asked for (for RequeueAll, the number of
+	// dead-lettered rows found).
+	Requested int
+	// Requeued holds the ids moved back to pending, ordered by id.
+	Requeued []uuid.UUID
+}
+
+// PurgeRequest selects terminal rows to delete.
+type PurgeRequest struct {
+	// OlderThan is the minimum age of the finish time, > 0.
+	OlderThan time.Duration
+	// BatchSize is the most rows one call deletes, 1..MaxBatchSize.
+	BatchSize int
+	// IncludeDeadLettered also deletes dead-lettered rows by their
+	// dead-letter time; by default they are kept for requeue.
+	IncludeDeadLettered bool
+}
+
+func (r PurgeRequest) validate() error {
+	if r.OlderThan <= 0 {
+		return argumentError("older than", "must be positive, got %s", r.OlderThan)
+	}
+	return validateCount("purge batch", r.BatchSize)
+}
+
+// Stats is a queue's depth and lease health at one instant of the store clock.
+type Stats struct {
+	// Queue is the queue described.
+	Queue Queue
+	// Depth holds the number of rows per status, every status of the queue
+	// present (0 when none).
+	Depth map[Status]int64
+	// ExpiredLeases is the number of in-flight rows whose lease has expired
+	// and that no claim has taken over yet.
+	ExpiredLeases int64
+	// OldestDueAge is how long the oldest due row has existed (store now
+	// minus its CreatedAt); 0 when nothing is due.
+	OldestDueAge time.Duration
+}
+
+func emptyDepth(q Queue) map[Status]int64 {
+	depth := make(map[Status]int64, 5)
+	for _, s := range q.Statuses() {
+		depth[s] = 0
+	}
+	return depth
+}
