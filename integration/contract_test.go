@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPostgresContract runs the store contract on PostgreSQL: a fresh
+// database per case, a new pool per store so that concurrent claims really
+// contend from separate connections, and the clock pinned through
+// PostgresOptions.Now.
+func TestPostgresContract(t *testing.T) {
+	t.Parallel()
+	leasingtest.Run(t, func(t *testing.T) leasingtest.Env {
+		url := dbtest.DatabaseURL(t)
+		clock := leasingtest.NewClock(leasingtest.Start)
+		return leasingtest.Env{
+			Clock: clock,
+			Open: func(tb testing.TB, q leasing.Queue) leasing.Store {
+				return openStore(tb, url, q, leasing.PostgresOptions{Now: clock.Now})
+			},
+		}
+	})
+}
+
+func openStore(tb testing.TB, url string, q leasing.Queue, opts leasing.PostgresOptions) *leasing.Postgres {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(tb, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	store, err := leasing.NewPostgres(pool, q, opts)
+	require.NoError(tb, err)
+	return store
+}
+
+// TestDatabaseClockDecides uses the real database clock (nothing pinned):
+// visibility and expiry come from the server's now(), whatever the caller's
+// clock says, because no public call takes a caller's time.
+func TestDatabaseClockDecides(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+
+	_, err = store.Enqueue(ctx, leasing.NewMessage{Delay: time.Hour}, leasing.NewMessage{})
+	require.NoError(t, err)
+	var dbBefore time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbBefore))
+	leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: leasing.NewOwner("w"), BatchSize: 10, LeaseFor: time.Minute})
+	require.NoError(t, err)
+	var dbAfter time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbAfter))
+
+	require.Len(t, leases, 1, "the deferred message is not due by the database clock")
+	require.False(t, leases[0].ExpiresAt.Before(dbBefore.Add(time.Minute)))
+	require.False(t, leases[0].ExpiresAt.After(dbAfter.Add(time.Minute)))
+	row, err := store.Get(ctx, leases[0].Message.ID)
+	require.NoError(t, err)
+	require.False(t, row.LastAttemptedAt.Before(dbBefore))
+}
+
+// TestEnqueueInCallerTransaction: messages enqueued in a transaction that
+// rolls back never exist; committed ones do (the outbox pattern).
+func TestEnqueueInCallerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	store, err := leasing.NewPostgres(pool, leasing.Outbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	rolledBack, err := store.EnqueueTx(ctx, tx, leasing.NewMessage{Topic: "orders"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	committed, err := store.EnqueueTx(ctx, tx, leasing.NewMessage{Topic: "orders"}, leasing.NewMessage{Topic: "orders"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	_, err = store.Get(ctx, rolledBack.IDs[0])
+	require.ErrorIs(t, err, leasing.ErrNotFound)
+	for _, id := range committed.IDs {
+		row, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, leasing.StatusPending, row.Status)
+	}
+}
+
+// TestEnqueueCopy bulk-loads with COPY and claims in input order.
+func TestEnqueueCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		msgs := make([]leasing.NewMessage, 5000)
+		for i := range msgs {
+			msgs[i].Payload = []byte{byte(i)}
+		}
+		ids, err := store.EnqueueCopy(ctx, pool, msgs...)
+		require.NoError(t, err)
+		require.Len(t, ids, len(msgs))
+		leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 5000, LeaseFor: time.Minute})
+		require.NoError(t, err)
+		got := make([]uuid.UUID, len(leases))
+		for i, l := range leases {
+			got[i] = l.Message.ID
+		}
+		require.Equal(t, ids, got, "COPY rows are claimed in input order")
+
+		_, err = store.EnqueueCopy(ctx, pool, leasing.NewMessage{Delay: time.Second})
+		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
+	}
+}
