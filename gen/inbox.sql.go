@@ -13,7 +13,6 @@ import (
 )
 
 const inboxClaim = `-- name: InboxClaim :many
-
 WITH ready AS (
     -- Index order over inbox_messages_ready_idx; visible_after is an index condition.
     SELECT message_id, created_at
@@ -85,10 +84,6 @@ type InboxClaimRow struct {
 	LastError       *string
 }
 
-// Queries on inbox_messages. outbox.sql holds the same statements for
-// outbox_messages; keep the two files in step. Every time decision uses the
-// database clock: statement_timestamp(), or clock_timestamp() per inserted row.
-// sqlc.narg('now') pins that clock for tests and is NULL in production.
 // InboxClaim leases up to batch_size due inbox messages to lease_owner for
 // lease_for. Due are pending and failed rows whose visible_after has passed,
 // and processing rows whose lease has expired. Claimed rows become processing

@@ -1,8 +1,3 @@
--- Queries on inbox_messages. outbox.sql holds the same statements for
--- outbox_messages; keep the two files in step. Every time decision uses the
--- database clock: statement_timestamp(), or clock_timestamp() per inserted row.
--- sqlc.narg('now') pins that clock for tests and is NULL in production.
-
 -- InboxClaim leases up to batch_size due inbox messages to lease_owner for
 -- lease_for. Due are pending and failed rows whose visible_after has passed,
 -- and processing rows whose lease has expired. Claimed rows become processing

@@ -1,8 +1,3 @@
--- Queries on outbox_messages. inbox.sql holds the same statements for
--- inbox_messages; keep the two files in step. Every time decision uses the
--- database clock: statement_timestamp(), or clock_timestamp() per inserted row.
--- sqlc.narg('now') pins that clock for tests and is NULL in production.
-
 -- OutboxClaim leases up to batch_size due outbox messages to lease_owner for
 -- lease_for. Due are pending and failed rows whose visible_after has passed,
 -- and publishing rows whose lease has expired. Claimed rows become publishing

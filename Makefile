@@ -1,0 +1,39 @@
+# Run `make` for the list of targets. Integration tests need PostgreSQL:
+# `make db-start` starts one (scripts/db-start.sh), or set TEST_DATABASE_URL.
+
+SQLC := go tool -modfile=tools/go.mod sqlc
+
+.DEFAULT_GOAL := help
+.PHONY: help generate verify test test-short db-start demo stress bench lint
+
+help: ## List the targets.
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+generate: ## Regenerate gen/ from db/migrations and db/queries.
+	$(SQLC) generate
+
+verify: ## Fail when gen/ is stale (sqlc diff); go vet.
+	$(SQLC) diff
+	go vet ./...
+
+test: db-start ## Unit and integration tests with the race detector.
+	go test -race -count=1 ./...
+
+test-short: ## Unit tests only; tests that need PostgreSQL skip.
+	go test -short -count=1 ./...
+
+db-start: ## Start the local PostgreSQL the tests use.
+	bash scripts/db-start.sh
+
+demo: db-start ## Run the leasectl demo.
+	go run ./cmd/leasectl demo
+
+stress: db-start ## Run the stress tests.
+	go test -race -count=1 -run TestStress ./integration/ -args -stress
+
+bench: db-start ## Run the leasectl benchmark.
+	go run ./cmd/leasectl bench
+
+lint: ## go vet and gofmt.
+	go vet ./...
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi

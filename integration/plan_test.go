@@ -1,0 +1,221 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/integration/dbtest"
+)
+
+// claimBatch is the batch size the plan tests claim.
+const claimBatch = 10
+
+// queue names one table and the generated claim statement that serves it.
+type queue struct {
+	claim    string // query name, for subtest names
+	table    string
+	inFlight string // status while leased
+	done     string // success status
+	doneAt   string // success timestamp column
+	genFile  string // generated file holding the claim SQL
+	genConst string // unexported constant in genFile
+}
+
+var queues = []queue{
+	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox.sql.go", "inboxClaim"},
+	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox.sql.go", "outboxClaim"},
+}
+
+// planNode is one node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	IndexName  string     `json:"Index Name"`
+	ActualRows float64    `json:"Actual Rows"`
+	SharedHit  int64      `json:"Shared Hit Blocks"`
+	SharedRead int64      `json:"Shared Read Blocks"`
+	Plans      []planNode `json:"Plans"`
+}
+
+func TestClaimPlan(t *testing.T) {
+	t.Parallel()
+
+	for _, q := range queues {
+		t.Run(q.claim+"/UsesClaimIndexes", func(t *testing.T) {
+			t.Parallel()
+			conn := connect(t)
+			sql := generatedSQL(t, q.genFile, q.genConst)
+
+			// Old terminal history first, so that a scan of the table in
+			// created_at order would have to pass all of it.
+			seed(t, conn, q, q.done, 0, 49_999)
+			seed(t, conn, q, "pending", 50_000, 99_999)
+			seed(t, conn, q, q.inFlight, 100_000, 100_999)
+			analyze(t, conn, q)
+
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				root := explainClaim(t, conn, sql, mode)
+				require.Equal(t, float64(claimBatch), root.ActualRows, "%s: rows claimed", mode)
+				var indexes []string
+				walk(root, nil, func(n planNode, ancestors []planNode) {
+					require.NotEqual(t, "Seq Scan", n.NodeType, "%s: %s", mode, mustJSON(root))
+					if n.IndexName != "" {
+						indexes = append(indexes, n.IndexName)
+					}
+					if n.NodeType == "Sort" {
+						for _, a := range ancestors {
+							require.NotEqual(t, "LockRows", a.NodeType, "%s: sort beneath LockRows", mode)
+						}
+						// A sort may merge the two branches' batches, never more.
+						for _, in := range n.Plans {
+							require.LessOrEqual(t, in.ActualRows, float64(2*claimBatch), "%s: sort of %v rows", mode, in.ActualRows)
+						}
+					}
+				})
+				require.Contains(t, indexes, q.table+"_ready_idx", mode)
+				require.Contains(t, indexes, q.table+"_inflight_idx", mode)
+				t.Logf("%s %s: %d buffers", q.claim, mode, buffers(root))
+			}
+		})
+
+		t.Run(q.claim+"/BuffersFlatInBacklog", func(t *testing.T) {
+			t.Parallel()
+			conn := connect(t)
+			sql := generatedSQL(t, q.genFile, q.genConst)
+
+			const n = 10_000
+			seed(t, conn, q, "pending", 0, n-1)
+			analyze(t, conn, q)
+			small := buffers(explainClaim(t, conn, sql, "auto"))
+
+			seed(t, conn, q, "pending", n, 10*n-1)
+			analyze(t, conn, q)
+			large := buffers(explainClaim(t, conn, sql, "auto"))
+
+			t.Logf("%s: claim of %d at %d due rows: %d buffers; at %d: %d buffers", q.claim, claimBatch, n, small, 10*n, large)
+			require.LessOrEqual(t, float64(large), 1.5*float64(small)+20)
+		})
+	}
+}
+
+// connect opens a connection to a fresh migrated database.
+func connect(t *testing.T) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dbtest.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// seed inserts rows numbered from..to (inclusive) in status with distinct,
+// increasing created_at in 2020, all due. Terminal rows carry their
+// completion time; in-flight rows hold a lease for another hour.
+func seed(t *testing.T, conn *pgx.Conn, q queue, status string, from, to int) {
+	t.Helper()
+	sql := fmt.Sprintf(`
+		INSERT INTO %s (message_id, payload, created_at, visible_after, status,
+		                lease_owner, lease_expires_at, lease_generation, attempt_count, %s)
+		SELECT gen_random_uuid(), '\x01', c, c, $1::text,
+		       CASE WHEN $1::text <> 'pending' THEN 'seed' END,
+		       CASE WHEN $1::text = $2::text THEN now() + interval '1 hour' END,
+		       CASE WHEN $1::text <> 'pending' THEN 1 ELSE 0 END,
+		       CASE WHEN $1::text <> 'pending' THEN 1 ELSE 0 END,
+		       CASE WHEN $1::text = $3::text THEN c END
+		FROM (SELECT timestamptz '2020-01-01 00:00:00Z' + g * interval '1 millisecond' AS c
+		      FROM generate_series($4::int, $5::int) AS g) AS s`,
+		pgx.Identifier{q.table}.Sanitize(), pgx.Identifier{q.doneAt}.Sanitize())
+	_, err := conn.Exec(t.Context(), sql, status, q.inFlight, q.done, from, to)
+	require.NoError(t, err)
+}
+
+func analyze(t *testing.T, conn *pgx.Conn, q queue) {
+	t.Helper()
+	_, err := conn.Exec(t.Context(), "ANALYZE "+pgx.Identifier{q.table}.Sanitize())
+	require.NoError(t, err)
+}
+
+// explainClaim runs the claim SQL once under EXPLAIN (ANALYZE, BUFFERS) in a
+// transaction that it rolls back, with planMode as plan_cache_mode (pgx
+// prepares statements, so after five runs PostgreSQL may pick a generic
+// plan), and returns the plan's root.
+func explainClaim(t *testing.T, conn *pgx.Conn, sql, planMode string) planNode {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", planMode)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "PREPARE claim_plan AS "+sql)
+	require.NoError(t, err)
+	var out []struct{ Plan planNode }
+	err = tx.QueryRow(ctx, fmt.Sprintf(
+		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(NULL, NULL, %d, 'plan-test', '30 seconds')",
+		claimBatch)).Scan(&out)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "DEALLOCATE claim_plan")
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	return out[0].Plan
+}
+
+// walk calls fn for n and every node beneath it, with the node's ancestors.
+func walk(n planNode, ancestors []planNode, fn func(planNode, []planNode)) {
+	fn(n, ancestors)
+	for _, c := range n.Plans {
+		walk(c, append(ancestors, n), fn)
+	}
+}
+
+// buffers returns the shared blocks hit and read by the whole plan, which
+// the root node's counters include.
+func buffers(root planNode) int64 { return root.SharedHit + root.SharedRead }
+
+// generatedSQL returns the string constant name declared in the Go file at
+// path: the exact SQL that gen sends.
+func generatedSQL(t *testing.T, path, name string) string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	require.NoError(t, err)
+	file, err := parser.ParseFile(token.NewFileSet(), path, src, 0)
+	require.NoError(t, err)
+	for _, decl := range file.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if id.Name != name {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				require.True(t, ok && lit.Kind == token.STRING, "%s is not a string literal", name)
+				s, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				return s
+			}
+		}
+	}
+	require.FailNow(t, "constant not found", "%s in %s", name, path)
+	return ""
+}
+
+func mustJSON(v any) string {
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
