@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// defaultDatabaseURL is the server used when neither --database-url nor
+// DATABASE_URL is given: the local server scripts/db-start.sh starts.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// connectTimeout bounds the first connection to the server.
+const connectTimeout = 10 * time.Second
+
+// urlSource says where the database URL came from.
+type urlSource int
+
+const (
+	urlDefault urlSource = iota // neither the flag nor DATABASE_URL
+	urlEnv                      // DATABASE_URL
+	urlFlag                     // --database-url
+)
+
+// cli is the state shared by the subcommands: output streams and the
+// database URL.
+type cli struct {
+	stdout, stderr io.Writer
+	databaseURL    string
+	source         urlSource
+}
+
+func newCLI(stdout, stderr io.Writer, getenv func(string) string) *cli {
+	c := &cli{stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
+	if u := getenv("DATABASE_URL"); u != "" {
+		c.databaseURL, c.source = u, urlEnv
+	}
+	return c
+}
+
+// usageError is bad input: exit status 2, nothing changed.
+type usageError struct{ msg string }
+
+// Error returns the message, which names the offending flag or argument.
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// addDatabaseFlag registers --database-url on fs. Its default is not shown
+// as a value because DATABASE_URL may hold a password.
+func (c *cli) addDatabaseFlag(fs *flag.FlagSet) {
+	fs.Func("database-url", "PostgreSQL `URL` (default $DATABASE_URL, else "+defaultDatabaseURL+")", func(s string) error {
+		if s == "" {
+			return errors.New("must not be empty")
+		}
+		c.databaseURL, c.source = s, urlFlag
+		return nil
+	})
+}
+
+// newFlagSet returns the flag set of subcommand name, printing errors and
+// usage to stderr, with --database-url registered.
+func (c *cli) newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("leasectl "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: leasectl %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	c.addDatabaseFlag(fs)
+	return fs
+}
+
+// parse parses args into fs and rejects positional arguments.
+func (c *cli) parse(fs *flag.FlagSet, args []string) error {
+	if err := c.parseLoose(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// parseLoose parses args into fs and leaves positional arguments in fs.Args.
+func (c *cli) parseLoose(fs *flag.FlagSet, args []string) error {
+	// The flag package prints the error and the whole usage on a bad flag;
+	// print one clear line instead (exitStatus), and the usage only for -h.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+// parseQueue returns the queue named by --queue.
+func parseQueue(s string) (leasing.Queue, error) {
+	if s == "" {
+		return "", usagef("--queue is required: inbox or outbox")
+	}
+	q, err := leasing.ParseQueue(s)
+	if err != nil {
+		return "", usagef("--queue must be inbox or outbox, got %q", s)
+	}
+	return q, nil
+}
+
+// flagError turns an *leasing.ArgumentError into a usage error that names
+// the flag, via names (argument field -> flag); other errors pass through.
+func flagError(err error, names map[string]string) error {
+	var ae *leasing.ArgumentError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	if f, ok := names[ae.Field]; ok {
+		return usagef("%s %s", f, ae.Reason)
+	}
+	return usagef("%s: %s", ae.Field, ae.Reason)
+}
+
+// poolConfig parses the database URL.
+func (c *cli) poolConfig() (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, usagef("bad database URL: %v", err)
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "leasectl"
+	}
+	return cfg, nil
+}
+
+// connect opens a pool on the database URL and checks that the server
+// answers. Close the pool when done.
+func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := c.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	return openPool(ctx, cfg)
+}
+
+func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", describe(cfg.ConnConfig), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", describe(cfg.ConnConfig), err)
+	}
+	return pool, nil
+}
+
+// newStore returns the Postgres store of queue q over pool.
+func newStore(pool *pgxpool.Pool, q leasing.Queue) (*leasing.Postgres, error) {
+	return leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+}
+
+// describe names a server and database without the password:
+// user@host:port/database.
+func describe(cfg *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// describeURL is describe for a connection string.
+func describeURL(u string) string {
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return "the configured server"
+	}
+	return describe(cfg)
+}
+
+// schemaHint adds the fix to an error caused by a missing table.
+func schemaHint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (the schema is missing: run 'leasectl migrate up')", err)
+	}
+	return err
+}
+
+// withDatabase returns connection string u with its database set to name.
+// u is a postgres:// URL or a keyword/value string, where a later dbname
+// overrides an earlier one.
+func withDatabase(u, name string) (string, error) {
+	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
+		parsed.Path = "/" + name
+		parsed.RawPath = ""
+		return parsed.String(), nil
+	}
+	if _, err := pgx.ParseConfig(u); err != nil {
+		return "", fmt.Errorf("parse database URL: %w", err)
+	}
+	return u + " dbname=" + name, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// joinIDs formats up to max items and "…" when there are more.
+func joinIDs[T fmt.Stringer](ids []T, max int) string {
+	parts := make([]string, 0, max+1)
+	for i, id := range ids {
+		if i == max {
+			parts = append(parts, "…")
+			break
+		}
+		parts = append(parts, id.String())
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// runEnqueue is "leasectl enqueue".
+func runEnqueue(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("enqueue", "--queue inbox|outbox [--count N] [flags]")
+	queue := fs.String("queue", "", "queue to add to: inbox or outbox (required)")
+	count := fs.Int("count", 1, "number of messages, at least 1; inserted in batches of up to "+fmt.Sprint(leasing.MaxBatchSize))
+	delay := fs.Duration("delay", 0, "make the messages due this long after the database's now")
+	tenant := fs.String("tenant", "", "tenant id of the messages")
+	msgType := fs.String("type", "", "message type name")
+	topic := fs.String("topic", "", "outbox topic (outbox only)")
+	payload := fs.String("payload", "", "message body")
+	asJSON := fs.Bool("json", false, "print the result, with every message id, as JSON")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	q, err := parseQueue(*queue)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *count < 1:
+		return usagef("--count must be at least 1, got %d", *count)
+	case *delay < 0 || *delay > leasing.MaxDelay:
+		return usagef("--delay must be 0..%s, got %s", leasing.MaxDelay, *delay)
+	case *topic != "" && q == leasing.Inbox:
+		return usagef("--topic is an outbox field; the inbox has no topic")
+	case len(*payload) > leasing.MaxPayloadBytes:
+		return usagef("--payload must be at most %d bytes, got %d", leasing.MaxPayloadBytes, len(*payload))
+	}
+	template := leasing.NewMessage{
+		Type: *msgType, TenantID: *tenant, Topic: *topic, Payload: []byte(*payload), Delay: *delay,
+	}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := newStore(pool, q)
+	if err != nil {
+		return err
+	}
+	ids, err := enqueueMany(ctx, store, *count, func(int) leasing.NewMessage { return template })
+	if err != nil {
+		return flagError(schemaHint(err), map[string]string{"message text": "--type, --tenant and --topic"})
+	}
+	if *asJSON {
+		return writeJSON(c.stdout, struct {
+			Queue    leasing.Queue `json:"queue"`
+			Enqueued int           `json:"enqueued"`
+			IDs      []uuid.UUID   `json:"ids"`
+		}{q, len(ids), ids})
+	}
+	due := "due now"
+	if *delay > 0 {
+		due = "due in " + delay.String()
+	}
+	fmt.Fprintf(c.stdout, "enqueued %d %s messages (%s)\n", len(ids), q, due)
+	return nil
+}
+
+// enqueueMany enqueues count messages made by msg(i) in batches of up to
+// leasing.MaxBatchSize, each batch its own transaction, and returns the ids
+// of the inserted messages in order. On error the batches before the failing
+// one stay committed and the error says how many.
+func enqueueMany(ctx context.Context, store leasing.Store, count int, msg func(i int) leasing.NewMessage) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, 0, count)
+	batch := make([]leasing.NewMessage, 0, min(count, leasing.MaxBatchSize))
+	for done := 0; done < count; {
+		batch = batch[:0]
+		for i := done; i < count && len(batch) < leasing.MaxBatchSize; i++ {
+			batch = append(batch, msg(i))
+		}
+		res, err := store.Enqueue(ctx, batch...)
+		if err != nil {
+			if len(ids) > 0 {
+				return ids, fmt.Errorf("%d of %d messages were enqueued before: %w", len(ids), count, err)
+			}
+			return ids, err
+		}
+		dup := make(map[uuid.UUID]bool, len(res.Duplicates))
+		for _, id := range res.Duplicates {
+			dup[id] = true
+		}
+		for _, id := range res.IDs {
+			if !dup[id] {
+				ids = append(ids, id)
+			}
+		}
+		done += len(batch)
+	}
+	return ids, nil
+}
+
+// leaseJSON is one lease as claim --json prints it.
+type leaseJSON struct {
+	MessageID  uuid.UUID `json:"message_id"`
+	Owner      string    `json:"owner"`
+	Generation int64     `json:"generation"`
+	Attempt    int       `json:"attempt"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Type       string    `json:"type,omitempty"`
+	TenantID   string    `json:"tenant_id,omitempty"`
+	Topic      string    `json:"topic,omitempty"`
+}
+
+// runClaim is "leasectl claim".
+func runClaim(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("claim", "--queue inbox|outbox --owner O [--batch N] [--lease D] [flags]\n\n"+
+		"The leases are printed and not renewed: they expire after --lease and the\n"+
+		"messages become claimable again, with the attempt counted.")
+	queue := fs.String("queue", "", "queue to claim from: inbox or outbox (required)")
+	owner := fs.String("owner", "", "lease owner name, used as given so that operators see who holds what (required)")
+	batch := fs.Int("batch", 10, fmt.Sprintf("most messages to claim, 1..%d", leasing.MaxBatchSize))
+	lease := fs.Duration("lease", 30*time.Second, "lease duration, up to "+leasing.MaxLeaseDuration.String())
+	tenant := fs.String("tenant", "", "claim only this tenant's messages")
+	asJSON := fs.Bool("json", false, "print the leases as JSON")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	q, err := parseQueue(*queue)
+	if err != nil {
+		return err
+	}
+	if *owner == "" {
+		return usagef("--owner is required: the lease owner name operators will see")
+	}
+	req := leasing.ClaimRequest{Owner: *owner, BatchSize: *batch, LeaseFor: *lease, TenantID: *tenant}
+	flagNames := map[string]string{"owner": "--owner", "batch size": "--batch", "lease duration": "--lease"}
+	if err := req.Validate(); err != nil {
+		return flagError(err, flagNames)
+	}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := newStore(pool, q)
+	if err != nil {
+		return err
+	}
+	leases, err := store.Claim(ctx, req)
+	if err != nil {
+		return flagError(schemaHint(err), flagNames)
+	}
+
+	note := ""
+	if len(leases) > 0 {
+		note = fmt.Sprintf("note: leasectl does not renew these leases; unless %q renews or finishes them, "+
+			"they expire at %s and the messages become claimable again.",
+			*owner, leases[0].ExpiresAt.Format(time.RFC3339))
+	}
+	if *asJSON {
+		out := struct {
+			Queue        leasing.Queue `json:"queue"`
+			Owner        string        `json:"owner"`
+			LeaseSeconds float64       `json:"lease_seconds"`
+			Leases       []leaseJSON   `json:"leases"`
+		}{q, *owner, lease.Seconds(), make([]leaseJSON, len(leases))}
+		for i, l := range leases {
+			out.Leases[i] = leaseJSON{
+				MessageID: l.Message.ID, Owner: l.Owner, Generation: l.Generation, Attempt: l.Attempt,
+				ExpiresAt: l.ExpiresAt, Type: l.Message.Type, TenantID: l.Message.TenantID, Topic: l.Message.Topic,
+			}
+		}
+		if note != "" {
+			fmt.Fprintln(c.stderr, note)
+		}
+		return writeJSON(c.stdout, out)
+	}
+	if len(leases) == 0 {
+		fmt.Fprintf(c.stdout, "no due %s messages to claim\n", q)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "claimed %d %s messages for owner %q (lease %s)\n", len(leases), q, *owner, *lease)
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MESSAGE ID\tGENERATION\tATTEMPT\tEXPIRES AT")
+	for _, l := range leases {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", l.Message.ID, l.Generation, l.Attempt, l.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, note)
+	return nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/leasestore/leasestore/db"
+)
+
+// runMigrate is "leasectl migrate up|down|status".
+func runMigrate(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("migrate", "up|down|status [flags]\n\n"+
+		"  up      apply every pending migration\n"+
+		"  down    roll back the most recently applied migration (one step)\n"+
+		"  status  print the schema version and each migration's state")
+	// Accept the verb before or after the flags.
+	verb := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		verb, args = args[0], args[1:]
+	}
+	if err := c.parseLoose(fs, args); err != nil {
+		return err
+	}
+	if verb == "" && fs.NArg() > 0 {
+		verb = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return usagef("unexpected argument %q", fs.Arg(1))
+		}
+	} else if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	switch verb {
+	case "up", "down", "status":
+	case "":
+		return usagef("say up, down or status")
+	default:
+		return usagef("unknown migrate action %q: say up, down or status", verb)
+	}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	provider, sqlDB, err := db.NewMigrator(pool)
+	if err != nil {
+		return err
+	}
+	defer sqlDB.Close()
+
+	switch verb {
+	case "up":
+		err = migrateUp(ctx, c, provider)
+	case "down":
+		err = migrateDown(ctx, c, provider)
+	default:
+		return migrateStatus(ctx, c, provider)
+	}
+	if err != nil {
+		return err
+	}
+	version, err := provider.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "schema version %d\n", version)
+	return nil
+}
+
+func migrateUp(ctx context.Context, c *cli, provider *goose.Provider) error {
+	results, err := provider.Up(ctx)
+	var partial *goose.PartialError
+	if errors.As(err, &partial) {
+		results = partial.Applied
+	}
+	for _, r := range results {
+		fmt.Fprintln(c.stdout, r)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(c.stdout, "no pending migrations")
+	}
+	return nil
+}
+
+func migrateDown(ctx context.Context, c *cli, provider *goose.Provider) error {
+	r, err := provider.Down(ctx)
+	if errors.Is(err, goose.ErrNoNextVersion) {
+		fmt.Fprintln(c.stdout, "no migration is applied; nothing to roll back")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	fmt.Fprintln(c.stdout, r)
+	return nil
+}
+
+func migrateStatus(ctx context.Context, c *cli, provider *goose.Provider) error {
+	statuses, err := provider.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate status: %w", err)
+	}
+	version, err := provider.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	var latest int64
+	pending := 0
+	for _, s := range statuses {
+		latest = max(latest, s.Source.Version)
+		if s.State == goose.StatePending {
+			pending++
+		}
+	}
+	fmt.Fprintf(c.stdout, "schema version %d (latest %d, %d pending)\n", version, latest, pending)
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tAPPLIED AT\tMIGRATION")
+	for _, s := range statuses {
+		applied := "-"
+		if s.State == goose.StateApplied {
+			applied = s.AppliedAt.UTC().Format(time.DateTime + " MST")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.State, applied, path.Base(s.Source.Path))
+	}
+	return tw.Flush()
+}

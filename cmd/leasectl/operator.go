@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// runRequeue is "leasectl requeue".
+func runRequeue(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("requeue", "--queue inbox|outbox (--id ID ... | --all) [--json]\n\n"+
+		"Moves dead-lettered messages back to pending, due at once, with attempts, lease\n"+
+		"and last error cleared. Messages in any other state are left alone.")
+	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
+	var ids []uuid.UUID
+	seen := map[uuid.UUID]bool{}
+	fs.Func("id", "message `ID` to requeue; repeat for more", func(s string) error {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return errors.New("not a UUID")
+		}
+		if seen[id] {
+			return errors.New("given twice")
+		}
+		seen[id] = true
+		ids = append(ids, id)
+		return nil
+	})
+	all := fs.Bool("all", false, "requeue every dead-lettered message of the queue")
+	asJSON := fs.Bool("json", false, "print the result, with the requeued ids, as JSON")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	q, err := parseQueue(*queue)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *all && len(ids) > 0:
+		return usagef("--id and --all are mutually exclusive")
+	case !*all && len(ids) == 0:
+		return usagef("say which messages: --id ID (repeatable) or --all")
+	case len(ids) > leasing.MaxBatchSize:
+		return usagef("at most %d --id flags, got %d; use --all", leasing.MaxBatchSize, len(ids))
+	}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := newStore(pool, q)
+	if err != nil {
+		return err
+	}
+	var res leasing.RequeueResult
+	if *all {
+		res, err = store.RequeueAll(ctx)
+	} else {
+		res, err = store.Requeue(ctx, ids...)
+	}
+	if err != nil {
+		return schemaHint(err)
+	}
+	if *asJSON {
+		return writeJSON(c.stdout, struct {
+			Queue       leasing.Queue `json:"queue"`
+			Requested   int           `json:"requested"`
+			Requeued    int           `json:"requeued"`
+			RequeuedIDs []uuid.UUID   `json:"requeued_ids"`
+		}{q, res.Requested, len(res.Requeued), res.Requeued})
+	}
+	fmt.Fprintf(c.stdout, "requested %d, requeued %d\n", res.Requested, len(res.Requeued))
+	if len(ids) > len(res.Requeued) {
+		done := make(map[uuid.UUID]bool, len(res.Requeued))
+		for _, id := range res.Requeued {
+			done[id] = true
+		}
+		var left []uuid.UUID
+		for _, id := range ids {
+			if !done[id] {
+				left = append(left, id)
+			}
+		}
+		fmt.Fprintf(c.stdout, "left alone (not dead-lettered, or no such message): %s\n", joinIDs(left, 10))
+	}
+	return nil
+}
+
+// runPurge is "leasectl purge".
+func runPurge(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("purge", "--queue inbox|outbox --older-than D [--batch N] [--include-dead-lettered]\n\n"+
+		"Deletes finished messages (completed or published) whose completion or\n"+
+		"publication is older than D, one bounded batch per statement so that it never\n"+
+		"holds long locks. Pending, in-flight and failed messages are never deleted.")
+	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
+	olderThan := fs.Duration("older-than", 0, "minimum age of the completion/publication time, e.g. 168h (required)")
+	batch := fs.Int("batch", 1000, fmt.Sprintf("most rows one statement deletes, 1..%d", leasing.MaxBatchSize))
+	includeDead := fs.Bool("include-dead-lettered", false, "also delete dead-lettered messages, by dead-letter time")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	q, err := parseQueue(*queue)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *olderThan <= 0:
+		return usagef("--older-than is required and must be positive, got %s", *olderThan)
+	case *batch < 1 || *batch > leasing.MaxBatchSize:
+		return usagef("--batch must be 1..%d, got %d", leasing.MaxBatchSize, *batch)
+	}
+	req := leasing.PurgeRequest{OlderThan: *olderThan, BatchSize: *batch, IncludeDeadLettered: *includeDead}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := newStore(pool, q)
+	if err != nil {
+		return err
+	}
+	progress := newProgress(c.stderr, fmt.Sprintf("purge %s", q))
+	total, batches := 0, 0
+	for {
+		n, err := store.Purge(ctx, req)
+		if err != nil {
+			progress.finish()
+			return fmt.Errorf("after deleting %d messages: %w", total, schemaHint(err))
+		}
+		total += n
+		batches++
+		progress.update(total, batches)
+		if n < req.BatchSize {
+			break
+		}
+	}
+	progress.finish()
+	kinds := "finished"
+	if *includeDead {
+		kinds = "finished and dead-lettered"
+	}
+	fmt.Fprintf(c.stdout, "purged %d %s %s messages older than %s\n", total, kinds, q, *olderThan)
+	return nil
+}
+
+// progress reports a long loop's progress on w: on a terminal one line
+// rewritten in place after every batch, otherwise one line per
+// progressEvery batches.
+type progress struct {
+	w        io.Writer
+	label    string
+	terminal bool
+	shown    bool
+	last     time.Time
+}
+
+// progressEvery is how many batches pass between progress lines when the
+// output is not a terminal.
+const progressEvery = 10
+
+func newProgress(w io.Writer, label string) *progress {
+	return &progress{w: w, label: label, terminal: isTerminal(w)}
+}
+
+func (p *progress) update(deleted, batches int) {
+	if p.terminal {
+		// Redraw at most 20 times a second; the final count comes from finish.
+		if now := time.Now(); now.Sub(p.last) >= 50*time.Millisecond {
+			p.last = now
+			fmt.Fprintf(p.w, "\r%s: %d deleted in %d batches", p.label, deleted, batches)
+			p.shown = true
+		}
+		return
+	}
+	if batches%progressEvery == 0 {
+		fmt.Fprintf(p.w, "%s: %d deleted in %d batches\n", p.label, deleted, batches)
+	}
+}
+
+// finish ends the in-place line on a terminal.
+func (p *progress) finish() {
+	if p.terminal && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

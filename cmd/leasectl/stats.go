@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// statsJSON is one queue's entry in stats --json.
+type statsJSON struct {
+	Depth               map[leasing.Status]int64 `json:"depth"`
+	ExpiredLeases       int64                    `json:"expired_leases"`
+	OldestDueAgeSeconds float64                  `json:"oldest_due_age_seconds"`
+}
+
+// runStats is "leasectl stats".
+func runStats(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("stats", "[--queue inbox|outbox] [--json]")
+	queue := fs.String("queue", "", "only this queue: inbox or outbox (default both)")
+	asJSON := fs.Bool("json", false, `print {"<queue>": {"depth": {...}, "expired_leases": N, "oldest_due_age_seconds": S}}`)
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	queues := []leasing.Queue{leasing.Inbox, leasing.Outbox}
+	if *queue != "" {
+		q, err := parseQueue(*queue)
+		if err != nil {
+			return err
+		}
+		queues = []leasing.Queue{q}
+	}
+
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	all, err := queueStats(ctx, pool, queues)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make(map[leasing.Queue]statsJSON, len(all))
+		for _, st := range all {
+			out[st.Queue] = statsJSON{st.Depth, st.ExpiredLeases, st.OldestDueAge.Seconds()}
+		}
+		return writeJSON(c.stdout, out)
+	}
+	return printStats(c.stdout, all)
+}
+
+// queueStats returns the Stats of each queue, in order.
+func queueStats(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue) ([]leasing.Stats, error) {
+	all := make([]leasing.Stats, 0, len(queues))
+	for _, q := range queues {
+		store, err := newStore(pool, q)
+		if err != nil {
+			return nil, err
+		}
+		st, err := store.Stats(ctx)
+		if err != nil {
+			return nil, schemaHint(err)
+		}
+		all = append(all, st)
+	}
+	return all, nil
+}
+
+// printStats writes each queue's depth by status (all five, in lifecycle
+// order), expired leases and oldest due age.
+func printStats(w io.Writer, all []leasing.Stats) error {
+	for _, st := range all {
+		if _, err := fmt.Fprintln(w, st.Queue); err != nil {
+			return err
+		}
+		for _, s := range st.Queue.Statuses() {
+			fmt.Fprintf(w, "  %-15s %10d\n", s, st.Depth[s])
+		}
+		fmt.Fprintf(w, "  %-15s %10d\n", "expired leases", st.ExpiredLeases)
+		fmt.Fprintf(w, "  %-15s %10s\n", "oldest due age", st.OldestDueAge.Round(time.Millisecond))
+	}
+	return nil
+}
