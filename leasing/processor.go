@@ -1,0 +1,853 @@
+package leasing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Handler works one leased message: for the inbox it handles the message,
+// for the outbox it publishes it (see Publisher). It runs on a worker slot
+// of a Processor.
+//
+// ctx is cancelled when the lease is lost (context.Cause(ctx) is
+// ErrLeaseLost) or when the processor shuts down and ShutdownGrace has run
+// out (context.Cause(ctx) is ErrShutdown); the handler should return soon
+// after. A nil return writes the queue's success state; an error (or a
+// panic) writes failed or dead_lettered per the RetryPolicy. Whatever it
+// returns after its lease was lost is not written. Delivery is at least
+// once: a handler may see the same message again after a lost lease or a
+// crash, so it must be idempotent.
+type Handler func(ctx context.Context, lease Lease) error
+
+// Publisher publishes one outbox message to a broker, e.g. to msg.Topic.
+// It returns nil once the broker has accepted the message. ctx is
+// cancelled as for a Handler.
+type Publisher func(ctx context.Context, msg Message) error
+
+// Handler returns p as a Handler for an outbox Processor.
+func (p Publisher) Handler() Handler {
+	return func(ctx context.Context, lease Lease) error { return p(ctx, lease.Message) }
+}
+
+// WorkSignal wakes a Processor before its poll interval ends, e.g. a
+// Listener on the queue's NOTIFY channel. Wake returns the same channel on
+// every call; a receive on it makes the processor claim at once.
+type WorkSignal interface {
+	Wake() <-chan struct{}
+}
+
+// WakeChan adapts a channel to WorkSignal: each receive wakes the processor.
+type WakeChan <-chan struct{}
+
+// Wake returns c.
+func (c WakeChan) Wake() <-chan struct{} { return c }
+
+// ErrShutdown is the cause (context.Cause) of a handler context that a
+// Processor cancelled because it was shutting down and ShutdownGrace ran
+// out. The failed outcome it then writes carries this error's text.
+var ErrShutdown = errors.New("leasing: processor shut down")
+
+// Processor defaults, used for zero ProcessorOptions fields.
+const (
+	DefaultBatchSize     = 10
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultConcurrency   = 4
+	DefaultPollInterval  = time.Second
+	DefaultShutdownGrace = 10 * time.Second
+)
+
+// MaxConcurrency is the most worker slots a Processor takes.
+const MaxConcurrency = 10_000
+
+// Outcome writes that fail with a driver error are tried this many times in
+// all, waiting writeRetryDelay, then twice that, and so on, in between.
+const (
+	writeAttempts   = 5
+	writeRetryDelay = 50 * time.Millisecond
+)
+
+// ProcessorOptions configures a Processor. The zero value of each field
+// takes its documented default; negative values are rejected.
+type ProcessorOptions struct {
+	// Owner is the lease owner label; NewProcessor appends a random suffix
+	// (NewOwner) so that processes started with the same label are told
+	// apart. UTF-8 without NUL, at most MaxOwnerBytes-13 bytes. Defaults to
+	// the queue name.
+	Owner string
+	// TenantID, when not empty, claims only that tenant's messages.
+	TenantID string
+	// BatchSize is the most messages one claim takes, 1..MaxBatchSize.
+	// Defaults to 10.
+	BatchSize int
+	// LeaseDuration is how long each claim and renew holds a message, from
+	// the store's now, 1µs..MaxLeaseDuration. Defaults to 30 seconds.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is the time between two renews of the processor's
+	// leases, > 0 and at most LeaseDuration/2. Defaults to LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// Concurrency is the number of worker slots, that is of handlers
+	// running at once, 1..MaxConcurrency. Defaults to 4.
+	Concurrency int
+	// PollInterval is the longest wait between two claims while slots are
+	// free and the last claim found too few due messages, > 0. Defaults to
+	// 1 second.
+	PollInterval time.Duration
+	// Retry decides the retry delay and when to dead-letter. Defaults to
+	// the zero RetryPolicy (5 attempts, 1s doubling up to 5 minutes).
+	Retry RetryPolicy
+	// ShutdownGrace is how long running handlers may go on after shutdown
+	// starts before their contexts are cancelled, > 0. Defaults to 10
+	// seconds.
+	ShutdownGrace time.Duration
+	// Meter receives the processor counters (see NewProcessor). nil
+	// records nothing.
+	Meter metric.Meter
+	// WorkSignal, when not nil, wakes the processor to claim before the
+	// poll interval ends.
+	WorkSignal WorkSignal
+	// OnError, when not nil, receives the errors the processor handles by
+	// trying again later: claim, renew and outcome-write failures. It may
+	// be called from several goroutines at once and must not block.
+	OnError func(error)
+}
+
+// resolve returns o with defaults filled in and checked for queue q.
+func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
+	if o.Owner == "" {
+		o.Owner = string(q)
+	}
+	if !validText(o.Owner) || len(o.Owner) > MaxOwnerBytes-13 {
+		return o, argumentError("owner", "label must be UTF-8 without NUL and at most %d bytes", MaxOwnerBytes-13)
+	}
+	if !validText(o.TenantID) {
+		return o, argumentError("tenant id", "must be UTF-8 without NUL")
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
+		return o, argumentError("batch size", "must be 1..%d, got %d", MaxBatchSize, o.BatchSize)
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if err := validateLeaseFor(o.LeaseDuration); err != nil {
+		return o, err
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = o.LeaseDuration / 3
+	}
+	if o.HeartbeatInterval <= 0 || o.HeartbeatInterval > o.LeaseDuration/2 {
+		return o, argumentError("heartbeat interval", "must be > 0 and at most half the lease duration %s, got %s",
+			o.LeaseDuration, o.HeartbeatInterval)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
+		return o, argumentError("concurrency", "must be 1..%d, got %d", MaxConcurrency, o.Concurrency)
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.PollInterval < 0 {
+		return o, argumentError("poll interval", "must be positive, got %s", o.PollInterval)
+	}
+	o.Retry = o.Retry.withDefaults()
+	if err := o.Retry.validate(); err != nil {
+		return o, err
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	if o.ShutdownGrace < 0 {
+		return o, argumentError("shutdown grace", "must be positive, got %s", o.ShutdownGrace)
+	}
+	return o, nil
+}
+
+// Processor claims due messages of one store's queue, runs a Handler on
+// each in a bounded number of worker slots, and writes each outcome under
+// the lease's fence. One implementation serves the inbox (handler) and the
+// outbox (Publisher.Handler).
+//
+// Lifecycle of a claimed message:
+//
+//   - Claim: a batch of up to BatchSize is claimed whenever fewer than
+//     Concurrency leases are held, at once after a full batch, else after
+//     PollInterval or a WorkSignal wake. At most Concurrency+BatchSize-1
+//     leases are held; those beyond the free slots wait, FIFO. A claim call
+//     is given LeaseDuration/2 to return; after a failed one the processor
+//     waits PollInterval.
+//   - Heartbeat: from its claim until its outcome is written, every lease
+//     (waiting, running or being written) is renewed each HeartbeatInterval,
+//     all of them with one Renew call whose deadline is the soonest moment
+//     a lease may expire. A lease the store reports lost, that could not be
+//     renewed within LeaseDuration of the last claim or renew that extended
+//     it, or whose message this processor claims again under a newer
+//     generation, is lost: its handler's context is cancelled with cause
+//     ErrLeaseLost, lease_lost is counted, and its outcome is not written
+//     (persist_skipped). The row then belongs to whoever reclaimed it, or
+//     expires and is reclaimed: it stays retryable.
+//   - Outcome: nil from the handler writes completed (inbox) or published
+//     (outbox); an error or panic writes failed, due again after
+//     Retry.Backoff(attempt) on the store's clock, with the error text, or
+//     dead_lettered when the attempt is Retry.MaxAttempts or later. A retry
+//     delay shorter than the time to the next poll brings that claim
+//     forward. One writer writes outcomes, batching whatever is ready (one
+//     call per kind of outcome); a write failing with a driver error is
+//     tried up to 5 times in all, with backoff (a retried write that had
+//     committed reports already_applied), then given up: the lease is no
+//     longer renewed, so the row expires and is reclaimed. A write the
+//     fence refuses counts persist_rejected.
+//   - Shutdown (context cancelled or Stop): claiming stops; leases whose
+//     handler has not started are released at once (Release: due again at
+//     once, attempt returned); running handlers get ShutdownGrace, then
+//     their contexts are cancelled with cause ErrShutdown. A handler that
+//     returns an error after that cancel is written as failed with no retry
+//     delay and ErrShutdown's text: the attempt counts, but a shutdown never
+//     dead-letters, the next attempt decides. One that returns nil is
+//     written as succeeded.
+//
+// Clocks: lease expiry and visibility are the store's clock. The processor
+// uses its own monotonic clock only for its timers and to bound each lease
+// locally at LeaseDuration from the moment it sent the claim or renew that
+// set the expiry, which is never later than the store's expiry.
+//
+// Counters on ProcessorOptions.Meter (Int64Counter, unit {message}), named
+// litebus.<queue>.processor.<name>: leases_acquired, lease_lost, succeeded
+// (inbox) or published (outbox), failed, dead_lettered, persist_skipped,
+// persist_rejected.
+type Processor struct {
+	store   Store
+	handler Handler
+	opts    ProcessorOptions // resolved: no zero fields left
+	owner   string
+	metrics *processorMetrics
+
+	stop     chan struct{} // closed when shutdown is requested
+	stopOnce sync.Once
+	done     chan struct{} // closed when Run returns
+
+	mu      sync.Mutex
+	started bool
+	// held maps each message id to the live lease this processor holds on
+	// it, from claim until its outcome is written or it is lost.
+	held map[uuid.UUID]*heldLease
+}
+
+// leaseState is where a held lease is in its lifecycle.
+type leaseState int
+
+const (
+	stateWaiting leaseState = iota // claimed, waiting for a worker slot
+	stateRunning                   // its handler runs
+	stateWriting                   // its outcome (or release) is being written
+)
+
+// heldLease is one lease a processor holds. Its fields are guarded by
+// Processor.mu, except ctx and cancel which are set once.
+type heldLease struct {
+	lease    Lease
+	deadline time.Time // local: the lease may have expired from then on
+	state    leaseState
+	lost     bool
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+}
+
+// NewProcessor returns a processor that claims from store and passes each
+// message to handler. Call Run to start it.
+//
+// Errors: an *ArgumentError for a nil store or handler or a bad option;
+// else the meter's error creating the counters.
+func NewProcessor(store Store, handler Handler, opts ProcessorOptions) (*Processor, error) {
+	if store == nil {
+		return nil, argumentError("store", "must not be nil")
+	}
+	if handler == nil {
+		return nil, argumentError("handler", "must not be nil")
+	}
+	opts, err := opts.resolve(store.Queue())
+	if err != nil {
+		return nil, err
+	}
+	m, err := newProcessorMetrics(opts.Meter, store.Queue())
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{
+		store: store, handler: handler, opts: opts, owner: NewOwner(opts.Owner), metrics: m,
+		stop: make(chan struct{}), done: make(chan struct{}), held: make(map[uuid.UUID]*heldLease),
+	}, nil
+}
+
+// Owner returns the lease owner name the processor claims with: the Owner
+// label and a random suffix.
+func (p *Processor) Owner() string { return p.owner }
+
+// Options returns the options in effect, defaults filled in.
+func (p *Processor) Options() ProcessorOptions { return p.opts }
+
+// Run claims and works messages until ctx is cancelled or Stop is called,
+// then shuts down as the Processor doc describes and returns nil once every
+// handler has returned and every outcome and release has been written (or
+// given up after its retries). Store errors do not end Run: they go to
+// OnError and the work is tried again later. Run blocks while a handler
+// ignores its cancelled context. Values of ctx reach handlers and store
+// calls; its cancellation does not cut them short.
+//
+// Errors: a Processor runs once; a second Run returns an error at once.
+func (p *Processor) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.started {
+		p.mu.Unlock()
+		return errors.New("leasing: processor already ran")
+	}
+	p.started = true
+	p.mu.Unlock()
+	defer close(p.done)
+
+	base := context.WithoutCancel(ctx)
+	w := &writer{p: p, base: base, in: make(chan []pendingWrite, p.opts.Concurrency+1), done: make(chan struct{})}
+	go w.run()
+	hbCtx, stopHeartbeat := context.WithCancel(base)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		p.heartbeat(hbCtx)
+	}()
+
+	r := &run{p: p, base: base, w: w, freed: make(chan struct{}, p.opts.Concurrency), retry: make(chan struct{}, 1)}
+	w.onRetry = r.retrySoon
+	r.loop(ctx)
+	r.shutdown()
+	stopHeartbeat()
+	<-hbDone
+	return nil
+}
+
+// Stop starts shutdown, as cancelling Run's context does, and waits for Run
+// to return. Calling it more than once, or before Run, is fine: a Run that
+// starts after Stop returns nil at once.
+//
+// Errors: ctx.Err() when ctx ends before Run returns (shutdown goes on).
+// Do not call Stop from a handler with a ctx that outlives the handler: Run
+// waits for that handler, so Stop would wait for itself.
+func (p *Processor) Stop(ctx context.Context) error {
+	p.requestStop()
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
+
+func (p *Processor) report(err error) {
+	if p.opts.OnError != nil {
+		p.opts.OnError(err)
+	}
+}
+
+// count adds n to counter c.
+func count(c metric.Int64Counter, n int) {
+	if n > 0 {
+		c.Add(context.Background(), int64(n))
+	}
+}
+
+// run is the state of one Run call. Its loop goroutine alone touches
+// waiting and running; workers send on freed and the writer calls
+// retrySoon.
+type run struct {
+	p       *Processor
+	base    context.Context // Run's values, never cancelled
+	w       *writer
+	waiting []*heldLease   // claimed, in claim order, not started
+	running int            // workers started and not yet seen on freed
+	freed   chan struct{}  // one send per finished worker
+	wg      sync.WaitGroup // workers
+
+	retry   chan struct{} // a failed message is due again within retryIn
+	retryMu sync.Mutex
+	retryIn time.Duration // soonest retry delay written since the loop last looked; 0 for none
+}
+
+// retrySoon tells the loop that a message was written as failed with retry
+// delay d, so that it claims then rather than at the next poll when that is
+// sooner. d is on the store's clock; the loop treats it as a hint.
+func (r *run) retrySoon(d time.Duration) {
+	r.retryMu.Lock()
+	if r.retryIn == 0 || d < r.retryIn {
+		r.retryIn = max(d, time.Nanosecond)
+	}
+	r.retryMu.Unlock()
+	select {
+	case r.retry <- struct{}{}:
+	default:
+	}
+}
+
+// loop claims and dispatches until shutdown is requested.
+func (r *run) loop(ctx context.Context) {
+	p := r.p
+	var wake <-chan struct{}
+	if p.opts.WorkSignal != nil {
+		wake = p.opts.WorkSignal.Wake()
+	}
+	poll := time.NewTimer(p.opts.PollInterval)
+	defer poll.Stop()
+	pollAt := time.Now().Add(p.opts.PollInterval)
+	due := true // whether due messages may be waiting: claim when a slot frees
+	for {
+		r.dispatch()
+		if ctx.Err() != nil {
+			p.requestStop()
+		}
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		if due && r.running+len(r.waiting) < p.opts.Concurrency {
+			due = r.claim()
+			poll.Reset(p.opts.PollInterval)
+			pollAt = time.Now().Add(p.opts.PollInterval)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			p.requestStop()
+			return
+		case <-p.stop:
+			return
+		case <-poll.C:
+			due = true
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // a closed signal must not spin the loop
+			}
+			due = true
+		case <-r.freed:
+			r.running--
+		case <-r.retry:
+			r.retryMu.Lock()
+			d := r.retryIn
+			r.retryIn = 0
+			r.retryMu.Unlock()
+			if at := time.Now().Add(d); at.Before(pollAt) {
+				poll.Reset(d)
+				pollAt = at
+			}
+		}
+	}
+}
+
+// claim takes one batch and queues it for dispatch. It reports whether the
+// batch was full, so that more messages may be due.
+func (r *run) claim() bool {
+	p := r.p
+	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration/2)
+	defer cancel()
+	sent := time.Now()
+	leases, err := p.store.Claim(ctx, ClaimRequest{
+		Owner: p.owner, BatchSize: p.opts.BatchSize, LeaseFor: p.opts.LeaseDuration, TenantID: p.opts.TenantID,
+	})
+	if err != nil {
+		p.report(fmt.Errorf("leasing: %s processor claim: %w", p.store.Queue(), err))
+		return false
+	}
+	count(p.metrics.acquired, len(leases))
+	r.waiting = append(r.waiting, p.track(r.base, leases, sent)...)
+	return len(leases) == p.opts.BatchSize
+}
+
+// track starts holding leases claimed with a call sent at sent; their
+// handler contexts carry base's values. A lease this processor still held
+// on one of these messages under an older generation has evidently expired
+// and been reclaimed: it is lost.
+func (p *Processor) track(base context.Context, leases []Lease, sent time.Time) []*heldLease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*heldLease, len(leases))
+	for i, l := range leases {
+		if old := p.held[l.Message.ID]; old != nil && old.state != stateWriting {
+			p.markLost(old)
+		}
+		ctx, cancel := context.WithCancelCause(base)
+		h := &heldLease{lease: l, deadline: sent.Add(p.opts.LeaseDuration), ctx: ctx, cancel: cancel}
+		p.held[l.Message.ID] = h
+		out[i] = h
+	}
+	return out
+}
+
+// markLost gives up h: its handler is cancelled and it is no longer
+// renewed. The caller holds p.mu and has checked h.state != stateWriting.
+func (p *Processor) markLost(h *heldLease) {
+	if h.lost {
+		return
+	}
+	h.lost = true
+	h.cancel(ErrLeaseLost)
+	if p.held[h.lease.Message.ID] == h {
+		delete(p.held, h.lease.Message.ID)
+	}
+	count(p.metrics.lost, 1)
+}
+
+// untrack stops holding h once its outcome is written or given up.
+func (p *Processor) untrack(h *heldLease) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held[h.lease.Message.ID] == h {
+		delete(p.held, h.lease.Message.ID)
+	}
+}
+
+// dispatch starts handlers for waiting leases while slots are free.
+func (r *run) dispatch() {
+	for r.running < r.p.opts.Concurrency && len(r.waiting) > 0 {
+		h := r.waiting[0]
+		r.waiting[0] = nil
+		r.waiting = r.waiting[1:]
+		lease, ok := r.p.begin(h)
+		if !ok {
+			continue
+		}
+		r.running++
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.p.finish(h, r.p.call(h.ctx, lease), r.w)
+			r.freed <- struct{}{}
+		}()
+	}
+}
+
+// begin marks h running and returns its lease, or reports false when h was
+// lost while it waited (counted persist_skipped).
+func (p *Processor) begin(h *heldLease) (Lease, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h.lost {
+		count(p.metrics.skipped, 1)
+		return Lease{}, false
+	}
+	h.state = stateRunning
+	return h.lease, true
+}
+
+// call runs the handler, turning a panic into an error.
+func (p *Processor) call(ctx context.Context, lease Lease) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("leasing: handler panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return p.handler(ctx, lease)
+}
+
+// finish hands the outcome of h's handler to the writer, unless h was lost.
+func (p *Processor) finish(h *heldLease, err error, w *writer) {
+	p.mu.Lock()
+	if h.lost {
+		p.mu.Unlock()
+		count(p.metrics.skipped, 1)
+		return
+	}
+	h.state = stateWriting
+	lease := h.lease
+	p.mu.Unlock()
+	pw := pendingWrite{h: h, kind: writeComplete, failure: Failure{Lease: lease}}
+	if err != nil {
+		pw.failure.Error = err.Error()
+		switch {
+		case errors.Is(context.Cause(h.ctx), ErrShutdown):
+			pw.kind = writeFail
+			pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
+		case p.opts.Retry.DeadLetters(lease.Attempt):
+			pw.kind = writeDeadLetter
+		default:
+			pw.kind = writeFail
+			pw.failure.RetryAfter = p.opts.Retry.Backoff(lease.Attempt)
+		}
+	}
+	h.cancel(context.Canceled)
+	w.submit([]pendingWrite{pw})
+}
+
+// shutdown releases the waiting leases, lets running handlers finish within
+// ShutdownGrace, cancels the rest, and waits for every write.
+func (r *run) shutdown() {
+	p := r.p
+	var release []pendingWrite
+	p.mu.Lock()
+	for _, h := range r.waiting {
+		if h.lost {
+			count(p.metrics.skipped, 1)
+			continue
+		}
+		h.state = stateWriting
+		h.cancel(ErrShutdown)
+		release = append(release, pendingWrite{h: h, kind: writeRelease, failure: Failure{Lease: h.lease}})
+	}
+	p.mu.Unlock()
+	r.waiting = nil
+	if len(release) > 0 {
+		r.w.submit(release)
+	}
+
+	finished := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(finished)
+	}()
+	grace := time.NewTimer(p.opts.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-finished:
+	case <-grace.C:
+		p.mu.Lock()
+		for _, h := range p.held {
+			if h.state == stateRunning {
+				h.cancel(ErrShutdown)
+			}
+		}
+		p.mu.Unlock()
+		<-finished
+	}
+	r.w.close()
+}
+
+// heartbeat renews the held leases every HeartbeatInterval until ctx ends.
+func (p *Processor) heartbeat(ctx context.Context) {
+	t := time.NewTicker(p.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.renew(ctx)
+		}
+	}
+}
+
+// renew renews every held lease with one Renew call (one per MaxBatchSize
+// leases) whose deadline is the soonest local lease deadline. Leases past
+// their local deadline are lost without asking the store.
+func (p *Processor) renew(ctx context.Context) {
+	now := time.Now()
+	var (
+		leases   []Lease
+		deadline time.Time
+	)
+	p.mu.Lock()
+	for _, h := range p.held {
+		if !h.deadline.After(now) {
+			if h.state != stateWriting {
+				p.markLost(h)
+			}
+			continue
+		}
+		leases = append(leases, h.lease)
+		if deadline.IsZero() || h.deadline.Before(deadline) {
+			deadline = h.deadline
+		}
+	}
+	p.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for len(leases) > 0 {
+		batch := leases[:min(len(leases), MaxBatchSize)]
+		leases = leases[len(batch):]
+		sent := time.Now()
+		res, err := p.store.Renew(rctx, p.opts.LeaseDuration, batch...)
+		if err != nil {
+			if ctx.Err() == nil { // not the heartbeat stopping
+				p.report(fmt.Errorf("leasing: %s processor renew: %w", p.store.Queue(), err))
+			}
+			continue
+		}
+		p.applyRenew(batch, res, sent)
+	}
+}
+
+// applyRenew records a Renew result for batch, sent at sent.
+func (p *Processor) applyRenew(batch []Lease, res RenewResult, sent time.Time) {
+	generation := make(map[uuid.UUID]int64, len(batch))
+	for _, l := range batch {
+		generation[l.Message.ID] = l.Generation
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range res.Renewed {
+		if h := p.held[l.Message.ID]; h != nil && h.lease.Generation == l.Generation {
+			h.lease.ExpiresAt = l.ExpiresAt
+			h.deadline = sent.Add(p.opts.LeaseDuration)
+		}
+	}
+	for _, id := range res.Lost {
+		// A lease whose outcome is being written may have been finished
+		// by that write before this renew ran: the write's result decides.
+		if h := p.held[id]; h != nil && h.lease.Generation == generation[id] && h.state != stateWriting {
+			p.markLost(h)
+		}
+	}
+}
+
+// writeKind is the store call a pendingWrite needs.
+type writeKind int
+
+const (
+	writeRelease writeKind = iota
+	writeComplete
+	writeFail
+	writeDeadLetter
+)
+
+// pendingWrite is one outcome waiting for the writer.
+type pendingWrite struct {
+	h       *heldLease
+	kind    writeKind
+	failure Failure // Lease always; RetryAfter and Error for fail and dead letter
+}
+
+// writer writes outcomes in batches: each write takes everything queued
+// while the previous one ran.
+type writer struct {
+	p       *Processor
+	base    context.Context
+	in      chan []pendingWrite
+	done    chan struct{}
+	onRetry func(time.Duration) // called with the retry delay of each failed write applied
+}
+
+func (w *writer) submit(b []pendingWrite) { w.in <- b }
+
+// close stops the writer after it wrote everything submitted.
+func (w *writer) close() {
+	close(w.in)
+	<-w.done
+}
+
+func (w *writer) run() {
+	defer close(w.done)
+	for first := range w.in {
+		batch := first
+	collect:
+		for len(batch) < MaxBatchSize {
+			select {
+			case more, ok := <-w.in:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, more...)
+			default:
+				break collect
+			}
+		}
+		w.write(batch)
+	}
+}
+
+// write issues one store call per kind of outcome in batch.
+func (w *writer) write(batch []pendingWrite) {
+	var groups [writeDeadLetter + 1][]pendingWrite
+	for _, pw := range batch {
+		groups[pw.kind] = append(groups[pw.kind], pw)
+	}
+	for kind, g := range groups {
+		for len(g) > 0 {
+			part := g[:min(len(g), MaxBatchSize)]
+			g = g[len(part):]
+			w.writeGroup(writeKind(kind), part)
+		}
+	}
+}
+
+func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
+	p := w.p
+	leases := make([]Lease, len(g))
+	failures := make([]Failure, len(g))
+	for i, pw := range g {
+		leases[i], failures[i] = pw.failure.Lease, pw.failure
+	}
+	call := func(ctx context.Context) (WriteResult, error) {
+		switch kind {
+		case writeRelease:
+			return p.store.Release(ctx, leases...)
+		case writeComplete:
+			return p.store.Complete(ctx, leases...)
+		case writeFail:
+			return p.store.Fail(ctx, failures...)
+		default:
+			return p.store.DeadLetter(ctx, failures...)
+		}
+	}
+	res, err := w.retry(call)
+	for _, pw := range g {
+		p.untrack(pw.h)
+	}
+	if err != nil {
+		p.report(fmt.Errorf("leasing: %s processor: gave up writing %d outcomes: %w", p.store.Queue(), len(g), err))
+		return
+	}
+	done := 0
+	for _, o := range res.Outcomes {
+		if o.Outcome.Succeeded() {
+			done++
+		}
+	}
+	count(p.metrics.rejected, len(g)-done)
+	switch kind {
+	case writeComplete:
+		count(p.metrics.succeeded, done)
+	case writeFail:
+		count(p.metrics.failed, done)
+		for i, o := range res.Outcomes {
+			if o.Outcome == OutcomeApplied && i < len(g) && w.onRetry != nil {
+				w.onRetry(g[i].failure.RetryAfter)
+			}
+		}
+	case writeDeadLetter:
+		count(p.metrics.deadLettered, done)
+	}
+}
+
+// retry calls call until it returns no error, an *ArgumentError, or
+// writeAttempts calls failed; each call may take LeaseDuration.
+func (w *writer) retry(call func(context.Context) (WriteResult, error)) (WriteResult, error) {
+	delay := writeRetryDelay
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(w.base, w.p.opts.LeaseDuration)
+		res, err := call(ctx)
+		cancel()
+		if err == nil || errors.Is(err, ErrInvalidArgument) || attempt == writeAttempts {
+			return res, err
+		}
+		w.p.report(fmt.Errorf("leasing: %s processor outcome write, attempt %d: %w", w.p.store.Queue(), attempt, err))
+		time.Sleep(delay)
+		delay *= 2
+	}
+}
