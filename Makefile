@@ -12,8 +12,9 @@ help: ## List the targets.
 generate: ## Regenerate gen/ from db/migrations and db/queries.
 	$(SQLC) generate
 
-verify: ## Fail when gen/ is stale (sqlc diff); go vet.
+verify: db-start ## Fail when gen/ is stale (sqlc diff); sqlc vet on a migrated database; go vet.
 	$(SQLC) diff
+	bash scripts/sqlc-vet.sh
 	go vet ./...
 
 test: db-start ## Unit and integration tests with the race detector.
