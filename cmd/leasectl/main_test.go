@@ -179,6 +179,8 @@ var badFlagCases = []struct {
 	{"MigrateTwoActions", []string{"migrate", "up", "down"}, `unexpected argument "down"`},
 	{"DemoBatchZero", []string{"demo", "--batch", "0"}, "--batch"},
 	{"DemoBadThrowaway", []string{"demo", "--throwaway", "maybe"}, "--throwaway"},
+	{"DemoFailAll", []string{"demo", "--messages", "3", "--fail", "3"}, "--fail"},
+	{"DemoSlowTooLong", []string{"demo", "--slow-time", "1m"}, "--slow-time"},
 	{"ServeUnknownQueue", []string{"serve", "--queue", "x"}, "inbox or outbox"},
 	{"EmptyDatabaseURL", []string{"stats", "--database-url", ""}, "-database-url"},
 }
@@ -460,14 +462,29 @@ func TestDemo(t *testing.T) {
 	t.Parallel()
 	admin := dbtest.URL(t)
 
-	out := requireOK(t, "demo", "--database-url", admin)
+	out := requireOK(t, "demo", "--database-url", admin, "--slow-time", "1200ms")
 	require.Equal(t, 2, strings.Count(out, "disjoint: yes"), out)
-	require.Contains(t, out, "every message ended completed: 100 of 100")
-	require.Contains(t, out, "every message ended published: 100 of 100")
+	require.Contains(t, out, "every message ended completed: 110 of 110")
+	require.Contains(t, out, "every message ended published: 110 of 110")
 	require.Contains(t, out, "PASS")
 	require.NotContains(t, out, "FAIL")
-	require.Regexp(t, `(?m)^  completed +100$`, out)
-	require.Regexp(t, `(?m)^  published +100$`, out)
+	// Depth gauges, then counter totals: 100 + 10 late messages, 3 of
+	// them failing once, none lost.
+	require.Regexp(t, `(?m)^  completed +110$`, out)
+	require.Regexp(t, `(?m)^  published +110$`, out)
+	for _, q := range []string{"inbox", "outbox"} {
+		succeeded := map[string]string{"inbox": "succeeded", "outbox": "published"}[q]
+		for name, total := range map[string]int{
+			"leases_acquired": 113, succeeded: 110, "failed": 3, "dead_lettered": 0,
+			"lease_lost": 0, "persist_skipped": 0, "persist_rejected": 0,
+		} {
+			require.Regexp(t, fmt.Sprintf(`(?m)^  litebus\.%s\.processor\.%s +\d+ +\d+ +%d$`, q, name, total), out)
+		}
+	}
+	require.Equal(t, 2, strings.Count(out, "retried: 3 messages failed once"), out)
+	require.Equal(t, 2, strings.Count(out, "no one reclaimed it"), out)
+	require.Regexp(t, `(?m)^  heartbeat renew calls \(not an OTel counter\) +\d+ +\d+ +[1-9]\d*$`, out)
+	require.Equal(t, 2, strings.Count(out, "LISTEN/NOTIFY woke the processors"), out)
 
 	m := demoDatabase.FindStringSubmatch(out)
 	require.NotNil(t, m, out)
