@@ -1,7 +1,7 @@
 // Leasectl operates leasestore queues on PostgreSQL: it migrates the schema,
 // enqueues and claims messages, shows queue depth, requeues dead-lettered
 // messages, purges finished ones, serves queue-depth metrics and runs the
-// two-worker demo.
+// two-instance processor demo.
 //
 // Usage:
 //
@@ -54,7 +54,7 @@ var commands = []command{
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
-	{"demo", "[--keep] [--messages N] [--batch N] [--throwaway auto|always|never]", "two workers claim disjoint subsets on a fresh database", runDemo},
+	{"demo", "[--keep] [--messages N] [--batch N] [--late N] [--fail N] [--throwaway auto|always|never]", "two processor instances share both queues on a fresh database", runDemo},
 }
 
 // runContext is run with the caller's context, for tests.
