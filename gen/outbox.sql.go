@@ -794,6 +794,62 @@ func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseP
 	return items, nil
 }
 
+const outboxReleaseOrphans = `-- name: OutboxReleaseOrphans :many
+WITH orphans AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_owner = $1::text
+      AND NOT (message_id = ANY ($2::uuid[]))
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), released AS (
+    UPDATE outbox_messages AS m
+    SET status           = 'pending',
+        visible_after    = coalesce($3::timestamptz, statement_timestamp()),
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        attempt_count    = greatest(m.attempt_count - 1, 0)
+    FROM orphans
+    WHERE m.message_id = orphans.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM released ORDER BY message_id
+`
+
+type OutboxReleaseOrphansParams struct {
+	LeaseOwner     string
+	HeldMessageIds []uuid.UUID
+	Now            *time.Time
+}
+
+// OutboxReleaseOrphans releases every publishing outbox row leased to
+// lease_owner whose message_id is not in held_message_ids: leases a claim
+// took for an owner that never learned of them, because the claim's reply
+// was lost after it committed. Like OutboxRelease, each row becomes pending and
+// due at once, its lease owner and expiry are cleared and its attempt is
+// returned. Rows locked by others are skipped. Returns the released
+// message_ids in message_id order.
+func (q *Queries) OutboxReleaseOrphans(ctx context.Context, db DBTX, arg OutboxReleaseOrphansParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxReleaseOrphans, arg.LeaseOwner, arg.HeldMessageIds, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxRenew = `-- name: OutboxRenew :many
 WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,

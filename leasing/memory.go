@@ -20,7 +20,8 @@ type MemoryOptions struct {
 
 // Memory is an in-process Store with the same semantics as Postgres, for
 // unit tests and for callers that want the processor loops without a
-// database. It is safe for concurrent use; every method is atomic.
+// database. It is safe for concurrent use; every method is atomic. A method
+// whose context is already done returns ctx.Err() and changes nothing.
 //
 // Unlike the PostgreSQL schema, Memory accepts legacy in-flight rows with
 // no lease expiry (see Load): a claim reclaims such a row once its last
@@ -80,8 +81,11 @@ func (m *Memory) Load(rows ...Row) error {
 //
 // Errors: as Postgres; ErrDuplicate on the outbox for an id already present
 // (nothing is inserted then).
-func (m *Memory) Enqueue(_ context.Context, msgs ...NewMessage) (EnqueueResult, error) {
+func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
 	msgs, err := validateMessages(m.queue, msgs)
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return EnqueueResult{}, err
 	}
@@ -160,8 +164,11 @@ func (m *Memory) ordered(keep func(*Row) bool) []*Row {
 }
 
 // Claim implements Store.Claim.
-func (m *Memory) Claim(_ context.Context, req ClaimRequest) ([]Lease, error) {
+func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	leaseFor := req.LeaseFor.Truncate(time.Microsecond)
@@ -193,11 +200,14 @@ func (m *Memory) holds(r *Row, l Lease) bool {
 }
 
 // Renew implements Store.Renew.
-func (m *Memory) Renew(_ context.Context, leaseFor time.Duration, leases ...Lease) (RenewResult, error) {
+func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Lease) (RenewResult, error) {
 	if _, err := validateLeases(m.queue, leases); err != nil {
 		return RenewResult{}, err
 	}
 	if err := validateLeaseFor(leaseFor); err != nil {
+		return RenewResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return RenewResult{}, err
 	}
 	m.mu.Lock()
@@ -253,8 +263,11 @@ func wroteAs(s Status) func(*Row, Lease) bool {
 }
 
 // Release implements Store.Release.
-func (m *Memory) Release(_ context.Context, leases ...Lease) (WriteResult, error) {
+func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, error) {
 	if _, err := validateLeases(m.queue, leases); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
 	released := func(r *Row, l Lease) bool {
@@ -266,9 +279,40 @@ func (m *Memory) Release(_ context.Context, leases ...Lease) (WriteResult, error
 	}), nil
 }
 
+// ReleaseOrphans implements Store.ReleaseOrphans.
+func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
+	if err := validateOwner(owner); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	keep := make(map[uuid.UUID]bool, len(held))
+	for _, id := range held {
+		keep[id] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	released := []uuid.UUID{}
+	for id, r := range m.rows {
+		if r.Status != m.queue.InFlight() || r.LeaseOwner != owner || keep[id] {
+			continue
+		}
+		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
+		r.AttemptCount = max(r.AttemptCount-1, 0)
+		released = append(released, id)
+	}
+	slices.SortFunc(released, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return released, nil
+}
+
 // Complete implements Store.Complete.
-func (m *Memory) Complete(_ context.Context, leases ...Lease) (WriteResult, error) {
+func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, error) {
 	if _, err := validateLeases(m.queue, leases); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
 	return m.write(leases, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
@@ -277,8 +321,11 @@ func (m *Memory) Complete(_ context.Context, leases ...Lease) (WriteResult, erro
 }
 
 // Fail implements Store.Fail.
-func (m *Memory) Fail(_ context.Context, failures ...Failure) (WriteResult, error) {
+func (m *Memory) Fail(ctx context.Context, failures ...Failure) (WriteResult, error) {
 	if _, err := validateFailures(m.queue, failures); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
 	return m.write(leasesOf(failures), wroteAs(StatusFailed), func(r *Row, i int, now time.Time) {
@@ -289,8 +336,11 @@ func (m *Memory) Fail(_ context.Context, failures ...Failure) (WriteResult, erro
 }
 
 // DeadLetter implements Store.DeadLetter.
-func (m *Memory) DeadLetter(_ context.Context, failures ...Failure) (WriteResult, error) {
+func (m *Memory) DeadLetter(ctx context.Context, failures ...Failure) (WriteResult, error) {
 	if _, err := validateFailures(m.queue, failures); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
 	return m.write(leasesOf(failures), wroteAs(StatusDeadLettered), func(r *Row, i int, now time.Time) {
@@ -308,8 +358,11 @@ func leasesOf(failures []Failure) []Lease {
 }
 
 // Requeue implements Store.Requeue.
-func (m *Memory) Requeue(_ context.Context, ids ...uuid.UUID) (RequeueResult, error) {
+func (m *Memory) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error) {
 	if err := validateIDs(ids); err != nil {
+		return RequeueResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
 		return RequeueResult{}, err
 	}
 	want := make(map[uuid.UUID]bool, len(ids))
@@ -320,7 +373,10 @@ func (m *Memory) Requeue(_ context.Context, ids ...uuid.UUID) (RequeueResult, er
 }
 
 // RequeueAll implements Store.RequeueAll.
-func (m *Memory) RequeueAll(_ context.Context) (RequeueResult, error) {
+func (m *Memory) RequeueAll(ctx context.Context) (RequeueResult, error) {
+	if err := ctx.Err(); err != nil {
+		return RequeueResult{}, err
+	}
 	requeued := m.requeue(func(uuid.UUID) bool { return true })
 	return RequeueResult{Requested: len(requeued), Requeued: requeued}, nil
 }
@@ -343,8 +399,11 @@ func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
 }
 
 // Purge implements Store.Purge.
-func (m *Memory) Purge(_ context.Context, req PurgeRequest) (int, error) {
+func (m *Memory) Purge(ctx context.Context, req PurgeRequest) (int, error) {
 	if err := req.validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()
@@ -366,7 +425,10 @@ func (m *Memory) Purge(_ context.Context, req PurgeRequest) (int, error) {
 }
 
 // Stats implements Store.Stats.
-func (m *Memory) Stats(_ context.Context) (Stats, error) {
+func (m *Memory) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock()
@@ -390,7 +452,10 @@ func (m *Memory) Stats(_ context.Context) (Stats, error) {
 }
 
 // Get implements Store.Get.
-func (m *Memory) Get(_ context.Context, id uuid.UUID) (Row, error) {
+func (m *Memory) Get(ctx context.Context, id uuid.UUID) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rows[id]

@@ -120,10 +120,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.sql.claim(ctx, s.pool, gen.InboxClaimParams{
-		Now: s.pinned(), TenantID: nullable(r.TenantID), BatchSize: int32(r.BatchSize),
-		LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
-	})
+	rows, err := s.sql.claim(ctx, s.pool, s.claimParams(r))
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
@@ -132,6 +129,15 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 		leases[i] = s.leaseOf(row)
 	}
 	return leases, nil
+}
+
+// claimParams returns the parameters of the claim statement for r; Claim
+// and ExplainClaim both send them.
+func (s *Postgres) claimParams(r ClaimRequest) gen.InboxClaimParams {
+	return gen.InboxClaimParams{
+		Now: s.pinned(), TenantID: nullable(r.TenantID), BatchSize: int32(r.BatchSize),
+		LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+	}
 }
 
 func (s *Postgres) leaseOf(r gen.InboxClaimRow) Lease {
@@ -184,6 +190,21 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 		MessageIds: ids, LeaseGenerations: gens, Now: s.pinned(), LeaseOwner: owner,
 	})
 	return s.writeResult("release", out, err)
+}
+
+// ReleaseOrphans implements Store.ReleaseOrphans with one statement.
+func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
+	if err := validateOwner(owner); err != nil {
+		return nil, err
+	}
+	if held == nil {
+		held = []uuid.UUID{}
+	}
+	ids, err := s.sql.orphans(ctx, s.pool, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: held, Now: s.pinned()})
+	if err != nil {
+		return nil, fmt.Errorf("leasing: release orphans %s: %w", s.queue, err)
+	}
+	return ids, nil
 }
 
 // Complete implements Store.Complete with one statement for the batch.

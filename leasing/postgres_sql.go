@@ -17,6 +17,7 @@ type queueSQL struct {
 	claim      func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]gen.InboxClaimRow, error)
 	renew      func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
 	release    func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]MessageOutcome, error)
+	orphans    func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
 	complete   func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]MessageOutcome, error)
 	fail       func(context.Context, gen.DBTX, gen.InboxFailParams) ([]MessageOutcome, error)
 	deadLetter func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]MessageOutcome, error)
@@ -38,6 +39,7 @@ func sqlFor(q Queue) queueSQL {
 			claim:       via(g.OutboxClaim, claimP, convertClaimRow),
 			renew:       via(g.OutboxRenew, renewP, convertRenewRow),
 			release:     via(g.OutboxRelease, releaseP, convertOutcomeRow),
+			orphans:     via(g.OutboxReleaseOrphans, orphansP, same[uuid.UUID]),
 			complete:    via(g.OutboxPublish, completeP, convertOutcomeRow),
 			fail:        via(g.OutboxFail, failP, convertOutcomeRow),
 			deadLetter:  via(g.OutboxDeadLetter, deadLetterP, convertOutcomeRow),
@@ -55,6 +57,7 @@ func sqlFor(q Queue) queueSQL {
 		claim:       g.InboxClaim,
 		renew:       g.InboxRenew,
 		release:     via(g.InboxRelease, same[gen.InboxReleaseParams], convertOutcomeRow),
+		orphans:     g.InboxReleaseOrphans,
 		complete:    via(g.InboxComplete, same[gen.InboxCompleteParams], convertOutcomeRow),
 		fail:        via(g.InboxFail, same[gen.InboxFailParams], convertOutcomeRow),
 		deadLetter:  via(g.InboxDeadLetter, same[gen.InboxDeadLetterParams], convertOutcomeRow),
@@ -80,6 +83,9 @@ type (
 	}
 	releaseParams interface {
 		gen.InboxReleaseParams | gen.OutboxReleaseParams
+	}
+	orphansParams interface {
+		gen.InboxReleaseOrphansParams | gen.OutboxReleaseOrphansParams
 	}
 	completeParams interface {
 		gen.InboxCompleteParams | gen.OutboxPublishParams
@@ -170,6 +176,7 @@ func viaNoArg[R, RI any](f func(context.Context, gen.DBTX) ([]R, error), conv fu
 func claimP[P claimParams](p gen.InboxClaimParams) P                { return P(p) }
 func renewP[P renewParams](p gen.InboxRenewParams) P                { return P(p) }
 func releaseP[P releaseParams](p gen.InboxReleaseParams) P          { return P(p) }
+func orphansP[P orphansParams](p gen.InboxReleaseOrphansParams) P   { return P(p) }
 func completeP[P completeParams](p gen.InboxCompleteParams) P       { return P(p) }
 func failP[P failParams](p gen.InboxFailParams) P                   { return P(p) }
 func deadLetterP[P deadLetterParams](p gen.InboxDeadLetterParams) P { return P(p) }

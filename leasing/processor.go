@@ -184,8 +184,11 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 //     Concurrency leases are held, at once after a full batch, else after
 //     PollInterval or a WorkSignal wake. At most Concurrency+BatchSize-1
 //     leases are held; those beyond the free slots wait, FIFO. A claim call
-//     is given LeaseDuration/2 to return; after a failed one the processor
-//     waits PollInterval.
+//     is given LeaseDuration to return; after a failed one the processor
+//     waits PollInterval, and for one LeaseDuration precedes each claim
+//     with a ReleaseOrphans sweep: a failed claim may have committed
+//     leases it never saw, which the sweep releases with their attempt
+//     returned.
 //   - Heartbeat: from its claim until its outcome is written, every lease
 //     (waiting, running or being written) is renewed each HeartbeatInterval,
 //     all of them with one Renew call whose deadline is the soonest moment
@@ -241,6 +244,9 @@ type Processor struct {
 	// held maps each message id to the live lease this processor holds on
 	// it, from claim until its outcome is written or it is lost.
 	held map[uuid.UUID]*heldLease
+	// lostAt holds when each lease lost in the last LeaseDuration was given
+	// up: an orphan sweep must not release those rows, whose attempt ran.
+	lostAt map[uuid.UUID]time.Time
 }
 
 // leaseState is where a held lease is in its lifecycle.
@@ -285,7 +291,7 @@ func NewProcessor(store Store, handler Handler, opts ProcessorOptions) (*Process
 	}
 	return &Processor{
 		store: store, handler: handler, opts: opts, owner: NewOwner(opts.Owner), metrics: m,
-		stop: make(chan struct{}), done: make(chan struct{}), held: make(map[uuid.UUID]*heldLease),
+		stop: make(chan struct{}), done: make(chan struct{}), held: make(map[uuid.UUID]*heldLease), lostAt: make(map[uuid.UUID]time.Time),
 	}, nil
 }
 
@@ -384,6 +390,11 @@ type run struct {
 	freed   chan struct{}  // one send per finished worker
 	wg      sync.WaitGroup // workers
 
+	// sweepUntil is set after a failed claim: until then, each claim is
+	// preceded by a ReleaseOrphans sweep, since the failed claim may have
+	// committed leases this processor never saw.
+	sweepUntil time.Time
+
 	retry   chan struct{} // a failed message is due again within retryIn
 	retryMu sync.Mutex
 	retryIn time.Duration // soonest retry delay written since the loop last looked; 0 for none
@@ -463,7 +474,10 @@ func (r *run) loop(ctx context.Context) {
 // batch was full, so that more messages may be due.
 func (r *run) claim() bool {
 	p := r.p
-	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration/2)
+	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, ClaimRequest{
@@ -471,11 +485,44 @@ func (r *run) claim() bool {
 	})
 	if err != nil {
 		p.report(fmt.Errorf("leasing: %s processor claim: %w", p.store.Queue(), err))
+		// The claim may have committed before its reply was lost; its
+		// leases would then count an attempt nobody ran. Past one lease
+		// duration they have expired and been reclaimed anyway.
+		r.sweepUntil = sent.Add(p.opts.LeaseDuration)
 		return false
 	}
 	count(p.metrics.acquired, len(leases))
 	r.waiting = append(r.waiting, p.track(r.base, leases, sent)...)
 	return len(leases) == p.opts.BatchSize
+}
+
+// sweepOrphans releases the rows leased to this processor's owner that it
+// neither holds nor lost recently, returning their attempts. It runs on the
+// loop goroutine between claims, so no claim of this processor is in flight.
+// Sweeps go on until sweepUntil, as the failed claim may commit on the server
+// after the first sweep. It reports whether the sweep succeeded.
+func (r *run) sweepOrphans() bool {
+	p := r.p
+	p.mu.Lock()
+	known := make([]uuid.UUID, 0, len(p.held)+len(p.lostAt))
+	for id := range p.held {
+		known = append(known, id)
+	}
+	for id, at := range p.lostAt {
+		if time.Since(at) > p.opts.LeaseDuration {
+			delete(p.lostAt, id) // expired long ago: reclaimable, no longer ours
+			continue
+		}
+		known = append(known, id)
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
+	defer cancel()
+	if _, err := p.store.ReleaseOrphans(ctx, p.owner, known); err != nil {
+		p.report(fmt.Errorf("leasing: %s processor release orphans: %w", p.store.Queue(), err))
+		return false
+	}
+	return true
 }
 
 // track starts holding leases claimed with a call sent at sent; their
@@ -506,6 +553,14 @@ func (p *Processor) markLost(h *heldLease) {
 	}
 	h.lost = true
 	h.cancel(ErrLeaseLost)
+	p.lostAt[h.lease.Message.ID] = time.Now()
+	if len(p.lostAt) > 1024 {
+		for id, at := range p.lostAt {
+			if time.Since(at) > p.opts.LeaseDuration {
+				delete(p.lostAt, id)
+			}
+		}
+	}
 	if p.held[h.lease.Message.ID] == h {
 		delete(p.held, h.lease.Message.ID)
 	}

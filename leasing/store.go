@@ -40,6 +40,14 @@ type Store interface {
 	// is returned. The generation stays, so the released lease is fenced.
 	Release(ctx context.Context, leases ...Lease) (WriteResult, error)
 
+	// ReleaseOrphans releases, as Release does, every in-flight row leased
+	// to owner whose id is not in held: leases that a claim took for owner
+	// but whose reply never reached it (the call failed or timed out after
+	// the claim committed). Only the process that owns the owner name may
+	// call it, and never while one of its claims is running. Returns the
+	// released ids ordered by id.
+	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
+
 	// Complete writes the queue's success state (completed or published).
 	Complete(ctx context.Context, leases ...Lease) (WriteResult, error)
 

@@ -327,6 +327,35 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
+-- OutboxReleaseOrphans releases every publishing outbox row leased to
+-- lease_owner whose message_id is not in held_message_ids: leases a claim
+-- took for an owner that never learned of them, because the claim's reply
+-- was lost after it committed. Like OutboxRelease, each row becomes pending and
+-- due at once, its lease owner and expiry are cleared and its attempt is
+-- returned. Rows locked by others are skipped. Returns the released
+-- message_ids in message_id order.
+-- name: OutboxReleaseOrphans :many
+WITH orphans AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_owner = @lease_owner::text
+      AND NOT (message_id = ANY (@held_message_ids::uuid[]))
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), released AS (
+    UPDATE outbox_messages AS m
+    SET status           = 'pending',
+        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        attempt_count    = greatest(m.attempt_count - 1, 0)
+    FROM orphans
+    WHERE m.message_id = orphans.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM released ORDER BY message_id;
+
 -- OutboxRenew extends lease_expires_at to now + lease_for for each
 -- (message_id, lease_generation) still leased to lease_owner whose lease has
 -- not expired. Returns the renewed rows with their new expiry, in

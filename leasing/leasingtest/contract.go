@@ -380,6 +380,28 @@ var cases = []struct {
 		require.Equal(t, 1, again[0].Attempt)
 		require.Equal(t, l.Generation+1, again[0].Generation)
 	}},
+	{"ReleaseOrphans/ReleasesUnheldLeasesOfOwner", func(t *testing.T, b *bundle) {
+		ids := b.enqueueN(4)
+		mine := b.claim("me", 3)
+		theirs := b.claim("them", 1)
+		released, err := b.store.ReleaseOrphans(b.ctx, "me", []uuid.UUID{mine[0].Message.ID, mine[2].Message.ID})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{ids[1]}, released)
+		row := b.get(ids[1])
+		require.Equal(t, leasing.StatusPending, row.Status)
+		require.Equal(t, 0, row.AttemptCount, "an orphaned claim does not burn an attempt")
+		require.Empty(t, row.LeaseOwner)
+		require.Equal(t, b.q.InFlight(), b.get(ids[0]).Status)
+		require.Equal(t, "them", b.get(theirs[0].Message.ID).LeaseOwner)
+		res, err := b.store.Complete(b.ctx, mine[1])
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeLost}, outcomes(res), "the orphaned lease is fenced")
+		none, err := b.store.ReleaseOrphans(b.ctx, "me", nil)
+		require.NoError(t, err)
+		require.ElementsMatch(t, idsOf([]leasing.Lease{mine[0], mine[2]}), none, "nil held releases every lease of the owner")
+		_, err = b.store.ReleaseOrphans(b.ctx, "", nil)
+		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
+	}},
 	{"DeadLetter/ThenRequeue", func(t *testing.T, b *bundle) {
 		ids := b.enqueueN(2)
 		l := b.claim("a", 1)[0]

@@ -1,0 +1,85 @@
+-- DiagnosticsIndexes returns every index on table_name, ordered by name, with
+-- valid (queries may use it; false after an interrupted CREATE INDEX
+-- CONCURRENTLY) and ready (writes maintain it). Empty when there is no such
+-- table.
+-- name: DiagnosticsIndexes :many
+    -- Read-only catalog queries behind leasectl doctor. to_regclass resolves
+    -- table names through search_path, like the queue queries; the casts give
+    -- sqlc the types it cannot infer from pg_catalog views.
+SELECT c.relname::text AS index_name,
+       i.indisvalid::boolean AS valid,
+       i.indisready::boolean AS ready
+FROM pg_catalog.pg_index AS i
+JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass(@table_name::text)
+ORDER BY c.relname;
+
+-- DiagnosticsOldestXact returns the open transaction or session whose
+-- snapshot (backend_xmin) is oldest, as seen from this database: VACUUM
+-- cannot remove rows that died after it started. xact_age is now minus
+-- xact_start (or backend_start when no transaction is open). Autovacuum
+-- workers and the calling session are left out. Empty when no other session
+-- holds a snapshot.
+-- name: DiagnosticsOldestXact :many
+SELECT a.pid::integer AS pid,
+       coalesce(a.state, '')::text AS state,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.backend_type, '')::text AS backend_type,
+       (statement_timestamp() - coalesce(a.xact_start, a.backend_start, statement_timestamp()))::interval AS xact_age
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.backend_xmin IS NOT NULL
+  AND a.pid <> pg_backend_pid()
+  AND coalesce(a.backend_type, '') <> 'autovacuum worker'
+  AND (a.datname IS NULL OR a.datname = current_database())
+ORDER BY xact_age DESC, a.pid
+LIMIT 1;
+
+-- DiagnosticsPreparedXacts returns the number of prepared (two-phase)
+-- transactions in this database and the age of the oldest, 0 when none.
+-- A forgotten prepared transaction holds back VACUUM like an open one.
+-- name: DiagnosticsPreparedXacts :one
+SELECT count(*)::bigint AS prepared,
+       coalesce(statement_timestamp() - min(p.prepared), '0'::interval)::interval AS oldest_age
+FROM pg_catalog.pg_prepared_xacts AS p
+WHERE p.database = current_database();
+
+-- DiagnosticsReplicationSlots returns the replication slots that hold back
+-- VACUUM of user tables (xmin set), with xmin_age in transactions
+-- (age(xmin)), ordered by slot name.
+-- name: DiagnosticsReplicationSlots :many
+SELECT s.slot_name::text AS slot_name,
+       s.active::boolean AS active,
+       age(s.xmin)::bigint AS xmin_age
+FROM pg_catalog.pg_replication_slots AS s
+WHERE s.xmin IS NOT NULL
+ORDER BY s.slot_name;
+
+-- DiagnosticsSettings returns the server settings that decide whether dead
+-- rows of the queue tables are cleaned up in time and whether claims pay
+-- for JIT, ordered by name: setting as text, unit ('' when none).
+-- name: DiagnosticsSettings :many
+SELECT s.name::text AS name,
+       s.setting::text AS setting,
+       coalesce(s.unit, '')::text AS unit
+FROM pg_catalog.pg_settings AS s
+WHERE s.name IN ('autovacuum', 'autovacuum_naptime', 'track_counts', 'jit', 'jit_above_cost')
+ORDER BY s.name;
+
+-- DiagnosticsTableHealth returns table_name's statistics: estimated dead
+-- and live tuples, the last manual and automatic VACUUM and ANALYZE (NULL
+-- when never), how many VACUUMs of each kind ran since the statistics were
+-- reset, and its storage options (reloptions, e.g. fillfactor=80).
+-- pgx.ErrNoRows when there is no such table.
+-- name: DiagnosticsTableHealth :one
+SELECT s.n_dead_tup::bigint AS dead_tuples,
+       s.n_live_tup::bigint AS live_tuples,
+       s.last_vacuum,
+       s.last_autovacuum,
+       s.last_analyze,
+       s.last_autoanalyze,
+       s.vacuum_count::bigint AS vacuum_count,
+       s.autovacuum_count::bigint AS autovacuum_count,
+       coalesce(c.reloptions, '{}'::text[])::text[] AS reloptions
+FROM pg_catalog.pg_stat_user_tables AS s
+JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
+WHERE s.relid = to_regclass(@table_name::text);

@@ -1,0 +1,78 @@
+-- Least-privilege roles for leasestore. Apply after the migrations, as the
+-- tables' owner or a superuser, in every database that holds the schema:
+--
+--     psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f db/roles.sql
+--
+-- then give each service its own login role:
+--
+--     CREATE ROLE billing_worker LOGIN PASSWORD '...' IN ROLE leasestore_processor;
+--     CREATE ROLE ops_cli        LOGIN PASSWORD '...' IN ROLE leasestore_operator;
+--
+-- The file is idempotent: run it again after every migration. It revokes
+-- what it does not grant, so a rerun also narrows privileges an earlier
+-- version granted. It runs in one transaction, so live processors never see
+-- a moment without their privileges.
+--
+-- leasestore_processor (NOLOGIN) holds what Store and Processor calls need:
+--   * USAGE on schema public;
+--   * SELECT on both tables: claim, get, list, stats read every column;
+--   * INSERT on both tables: Enqueue, EnqueueTx and EnqueueCopy (services
+--     enqueue in the transaction that changes their data);
+--   * UPDATE on the lease and outcome columns only: claim, renew, release,
+--     complete, fail, dead-letter and requeue. Message content (id, type,
+--     payload, headers, tenant, idempotency key, topic, created_at) is not
+--     updatable: a processor cannot rewrite a message or move it to another
+--     tenant.
+-- No DELETE: deleting rows is Purge, a retention job run by an operator,
+-- not by processors; a processor that could delete could also make a
+-- message vanish without a terminal state. No TRUNCATE, REFERENCES or
+-- TRIGGER, no access to goose_db_version, and no CREATE on the schema (the
+-- PostgreSQL 15 default for PUBLIC; this file does not change PUBLIC).
+-- LISTEN needs no privilege, and the insert trigger's pg_notify runs with
+-- the inserting role's rights.
+--
+-- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
+-- Purge (leasectl purge). It still cannot TRUNCATE, ALTER or DROP.
+
+BEGIN;
+
+DO $roles$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['leasestore_processor', 'leasestore_operator'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created by a concurrent run of this file in another database
+            END;
+        END IF;
+    END LOOP;
+    IF NOT pg_catalog.pg_has_role('leasestore_operator', 'leasestore_processor', 'MEMBER') THEN
+        BEGIN
+            GRANT leasestore_processor TO leasestore_operator;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA public TO leasestore_processor;
+
+-- Start from nothing on the tables, then grant: a rerun converges.
+REVOKE ALL ON inbox_messages, outbox_messages FROM leasestore_processor, leasestore_operator;
+
+GRANT SELECT, INSERT ON inbox_messages, outbox_messages TO leasestore_processor;
+
+GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation,
+              attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at)
+    ON inbox_messages TO leasestore_processor;
+GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation,
+              attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at)
+    ON outbox_messages TO leasestore_processor;
+
+GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
+
+COMMIT;

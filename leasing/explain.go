@@ -1,0 +1,299 @@
+package leasing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// ClaimPlan is how PostgreSQL ran one claim: the plan and what it cost, from
+// EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
+type ClaimPlan struct {
+	// BatchSize is the batch size the claim asked for.
+	BatchSize int
+	// Rows is the number of rows the claim leased (then gave back).
+	Rows int
+	// Buffers is the number of shared buffers (8 KiB pages) the executed
+	// plan touched, hit in shared_buffers plus read from the OS: the claim's
+	// I/O cost, independent of cache state. Planning is not included.
+	Buffers int64
+	// SharedHit and SharedRead split Buffers into pages found in
+	// shared_buffers and pages read from the OS.
+	SharedHit, SharedRead int64
+	// TempBlocks is the number of temporary-file blocks (8 KiB) read plus
+	// written, e.g. by a sort that spilled to disk; 0 for a healthy claim.
+	TempBlocks int64
+	// Duration is the execution time PostgreSQL reported, at microsecond
+	// resolution; it leaves out planning and the network round trip.
+	Duration time.Duration
+	// PlanningDuration is the planning time PostgreSQL reported.
+	PlanningDuration time.Duration
+	// Nodes is the plan shape in pre-order, one node per entry, indented two
+	// spaces per level, e.g. "    Index Scan using inbox_messages_ready_idx
+	// on inbox_messages".
+	Nodes []string
+	// Indexes lists the indexes the plan scans, in plan order, each once.
+	Indexes []string
+	// SeqScan is true when any node reads a whole table sequentially.
+	SeqScan bool
+	// SortOverEligible is true when the claim sorts the eligible rows instead
+	// of reading them in index order: a Sort beneath LockRows (the sort then
+	// cannot stop after BatchSize rows), or a Sort fed more than twice
+	// BatchSize rows (an Incremental Sort, which sorts one group of equal
+	// leading keys at a time, 64 rows more).
+	SortOverEligible bool
+	// JIT is true when PostgreSQL compiled parts of the plan with JIT, which
+	// costs milliseconds per claim; raise jit_above_cost or turn jit off.
+	JIT bool
+	// Raw is the EXPLAIN output as PostgreSQL returned it.
+	Raw json.RawMessage
+}
+
+// explainOwner is the lease owner of the claims ExplainClaim rolls back.
+const explainOwner = "leasestore-explain"
+
+// explainPrefix turns the generated claim statement into its EXPLAIN.
+const explainPrefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+
+// ExplainClaim runs the claim statement that Claim runs, with batchSize rows
+// and no tenant, under EXPLAIN (ANALYZE, BUFFERS) in a transaction that it
+// always rolls back, and returns the plan and its cost.
+//
+// The claim really executes: for the duration of the call it locks up to
+// batchSize due rows (concurrent claims skip them), and the rolled-back
+// update leaves up to batchSize dead row versions for VACUUM. Nothing is
+// committed. The statement is the generated one (db/queries InboxClaim or
+// OutboxClaim) with the same parameters Claim sends, so the plan is the one
+// a production claim gets on a custom plan.
+//
+// Errors: an *ArgumentError when batchSize is not 1..MaxBatchSize; otherwise
+// the driver error, or an error when the EXPLAIN output cannot be parsed.
+func (s *Postgres) ExplainClaim(ctx context.Context, batchSize int) (ClaimPlan, error) {
+	r := ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second}
+	if err := r.Validate(); err != nil {
+		return ClaimPlan{}, err
+	}
+	stmt, err := s.claimStatement(ctx, r)
+	if err != nil {
+		return ClaimPlan{}, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	var raw []byte
+	if err := tx.QueryRow(ctx, explainPrefix+stmt.sql, stmt.args...).Scan(&raw); err != nil {
+		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: rollback: %w", s.queue, err)
+	}
+	plan, err := parseClaimPlan(raw, batchSize)
+	if err != nil {
+		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+	}
+	return plan, nil
+}
+
+// statement is one SQL text with its arguments, as a gen method sends it.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// claimStatement returns the claim statement and arguments that Claim
+// sends for r, captured from the generated query function.
+func (s *Postgres) claimStatement(ctx context.Context, r ClaimRequest) (statement, error) {
+	var c captureDB
+	_, err := s.sql.claim(ctx, &c, s.claimParams(r))
+	if !errors.Is(err, errCaptured) || c.sql == "" {
+		return statement{}, fmt.Errorf("leasing: capture claim statement: %v", err)
+	}
+	return statement{sql: c.sql, args: c.args}, nil
+}
+
+// errCaptured is what captureDB returns instead of running a statement.
+var errCaptured = errors.New("leasing: statement captured, not run")
+
+// captureDB is a gen.DBTX that records the SQL text and arguments of the
+// first statement a generated method sends, and runs nothing.
+type captureDB struct {
+	sql  string
+	args []any
+}
+
+var _ gen.DBTX = (*captureDB)(nil)
+
+func (c *captureDB) record(sql string, args []any) {
+	if c.sql == "" {
+		c.sql, c.args = sql, args
+	}
+}
+
+func (c *captureDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.record(sql, args)
+	return pgconn.CommandTag{}, errCaptured
+}
+
+func (c *captureDB) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.record(sql, args)
+	return nil, errCaptured
+}
+
+func (c *captureDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	c.record(sql, args)
+	return errRow{}
+}
+
+func (c *captureDB) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errCaptured
+}
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errCaptured }
+
+// explainNode is one plan node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
+type explainNode struct {
+	NodeType     string        `json:"Node Type"`
+	Operation    string        `json:"Operation"`
+	RelationName string        `json:"Relation Name"`
+	IndexName    string        `json:"Index Name"`
+	CTEName      string        `json:"CTE Name"`
+	SubplanName  string        `json:"Subplan Name"`
+	Relationship string        `json:"Parent Relationship"`
+	ActualRows   float64       `json:"Actual Rows"`
+	ActualLoops  float64       `json:"Actual Loops"`
+	SharedHit    int64         `json:"Shared Hit Blocks"`
+	SharedRead   int64         `json:"Shared Read Blocks"`
+	TempRead     int64         `json:"Temp Read Blocks"`
+	TempWritten  int64         `json:"Temp Written Blocks"`
+	Plans        []explainNode `json:"Plans"`
+}
+
+// explainOutput is the single element of the EXPLAIN JSON array.
+type explainOutput struct {
+	Plan          explainNode     `json:"Plan"`
+	PlanningTime  float64         `json:"Planning Time"`  // milliseconds
+	ExecutionTime float64         `json:"Execution Time"` // milliseconds
+	JIT           json.RawMessage `json:"JIT"`
+}
+
+// parseClaimPlan reads EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) output of a
+// claim of batchSize rows. The root node's counters include every node
+// beneath it, CTE plans among them.
+func parseClaimPlan(raw []byte, batchSize int) (ClaimPlan, error) {
+	var out []explainOutput
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return ClaimPlan{}, fmt.Errorf("parse EXPLAIN output: %w", err)
+	}
+	if len(out) != 1 {
+		return ClaimPlan{}, fmt.Errorf("parse EXPLAIN output: %d plans, want 1", len(out))
+	}
+	root := out[0].Plan
+	p := ClaimPlan{
+		BatchSize:        batchSize,
+		Rows:             int(root.ActualRows),
+		SharedHit:        root.SharedHit,
+		SharedRead:       root.SharedRead,
+		Buffers:          root.SharedHit + root.SharedRead,
+		TempBlocks:       root.TempRead + root.TempWritten,
+		Duration:         milliseconds(out[0].ExecutionTime),
+		PlanningDuration: milliseconds(out[0].PlanningTime),
+		JIT:              len(out[0].JIT) > 0 && string(out[0].JIT) != "null",
+		Nodes:            []string{},
+		Indexes:          []string{},
+		Raw:              json.RawMessage(raw),
+	}
+	seen := map[string]bool{}
+	walkPlan(root, 0, false, func(n explainNode, depth int, underLockRows bool) {
+		p.Nodes = append(p.Nodes, strings.Repeat("  ", depth)+nodeLabel(n))
+		if n.IndexName != "" && !seen[n.IndexName] {
+			seen[n.IndexName] = true
+			p.Indexes = append(p.Indexes, n.IndexName)
+		}
+		if strings.HasSuffix(n.NodeType, "Seq Scan") {
+			p.SeqScan = true
+		}
+		switch n.NodeType {
+		case "Sort":
+			// Beneath LockRows a sort cannot stop early: it sorts every
+			// row its input yields.
+			if underLockRows || sortInput(n) > float64(2*batchSize) {
+				p.SortOverEligible = true
+			}
+		case "Incremental Sort":
+			// Sorts one group of equal leading keys at a time (at least
+			// 32 rows), so beneath LockRows it stays bounded unless the
+			// groups are large.
+			if sortInput(n) > float64(2*batchSize+incrementalSortSlack) {
+				p.SortOverEligible = true
+			}
+		}
+	})
+	return p, nil
+}
+
+// incrementalSortSlack is the input an Incremental Sort may read beyond
+// twice the batch: it sorts at least 32 rows at a time, and reads one more
+// to see where a group ends.
+const incrementalSortSlack = 64
+
+// walkPlan calls fn for n and each node beneath it in pre-order, with its
+// depth and whether a LockRows node is among its ancestors.
+func walkPlan(n explainNode, depth int, underLockRows bool, fn func(explainNode, int, bool)) {
+	fn(n, depth, underLockRows)
+	under := underLockRows || n.NodeType == "LockRows"
+	for _, c := range n.Plans {
+		walkPlan(c, depth+1, under, fn)
+	}
+}
+
+// sortInput returns the number of rows a sort node consumed over all loops:
+// those of its input, not of the CTE and subplans listed beside it.
+func sortInput(n explainNode) float64 {
+	var rows float64
+	for _, c := range n.Plans {
+		if c.Relationship == "Outer" {
+			rows += c.ActualRows * max(c.ActualLoops, 1)
+		}
+	}
+	return rows
+}
+
+// nodeLabel names a plan node like EXPLAIN's text format does, e.g.
+// "Index Scan using inbox_messages_ready_idx on inbox_messages", followed by
+// the subplan it belongs to, e.g. "(CTE ready)".
+func nodeLabel(n explainNode) string {
+	label := n.NodeType
+	if n.NodeType == "ModifyTable" && n.Operation != "" {
+		label = n.Operation
+	}
+	if n.IndexName != "" {
+		label += " using " + n.IndexName
+	}
+	switch {
+	case n.RelationName != "":
+		label += " on " + n.RelationName
+	case n.CTEName != "":
+		label += " on " + n.CTEName
+	}
+	if n.SubplanName != "" {
+		label += " (" + n.SubplanName + ")"
+	}
+	return label
+}
+
+func milliseconds(ms float64) time.Duration {
+	return time.Duration(ms * float64(time.Millisecond)).Round(time.Microsecond)
+}

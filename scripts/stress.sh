@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs the long forms of the reliability tests (integration/stress_test.go,
+# fault_test.go, differential_test.go) and prints their figures:
+#
+#   1. TestStress (100,000 messages per queue, 16 workers), TestFaultChaos
+#      (20,000 messages per fault: terminated backends, dropped replies,
+#      crashing workers) and TestDifferential (200 seeds x 300 operations);
+#   2. TestFaultServerRestart alone: it restarts the shared PostgreSQL
+#      server (pg_ctlcluster 15 main) twice, which breaks every session on
+#      it, so nothing else of ours runs meanwhile; the server is started
+#      again if it does not come back;
+#   3. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
+#      integration/testdata/fuzz/FuzzDifferential/ and stay there as
+#      regression cases.
+#
+# RACE=1 adds the race detector (about 5x slower). SKIP_RESTART=1 skips
+# step 2, e.g. on a server other people use.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/db-start.sh
+export LEASESTORE_STRESS=1
+race=()
+if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
+
+figures() { grep -E '^\s+(stress_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
+
+echo "== stress, chaos and differential (long forms)"
+go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./integration/ 2>&1 | figures
+
+if [ "${SKIP_RESTART:-0}" != 1 ]; then
+  echo "== server restart during a stress run"
+  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./integration/ 2>&1 | figures
+  bash scripts/db-start.sh
+fi
+
+echo "== fuzzing the differential test for ${FUZZTIME:-60s}"
+go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./integration/
