@@ -29,8 +29,8 @@ db-start: ## Start the local PostgreSQL the tests use.
 demo: db-start ## Run the leasectl demo.
 	go run ./cmd/leasectl demo
 
-stress: db-start ## Run the stress tests.
-	go test -race -count=1 -run TestStress ./integration/ -args -stress
+stress: db-start ## Long reliability runs: 100k-message stress, faults, restart, differential, fuzz.
+	bash scripts/stress.sh
 
 bench: db-start ## Run the leasectl benchmark.
 	go run ./cmd/leasectl bench

@@ -44,11 +44,14 @@ WITH ready AS (
         lease_owner       = $4::text,
         lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $5::interval,
         lease_generation  = m.lease_generation + 1,
+        -- A claim of an in-flight row reclaims an expired lease.
+        expired_generation = CASE WHEN m.status = 'processing' THEN m.lease_generation
+                                  ELSE m.expired_generation END,
         attempt_count     = m.attempt_count + 1,
         last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
     FROM picked
     WHERE m.message_id = picked.message_id
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.expired_generation, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
@@ -140,7 +143,7 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -254,7 +257,7 @@ WITH input AS (
            unnest($3::bigint[]) AS lease_generation,
            unnest($4::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -279,6 +282,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'dead_lettered' AND l.lease_owner = $1::text
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -415,7 +420,7 @@ WITH input AS (
            unnest($4::interval[]) AS retry_delay,
            unnest($5::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -440,6 +445,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'failed' AND l.lease_owner = $1::text
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -497,7 +504,7 @@ const inboxGet = `-- name: InboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE message_id = $1::uuid
@@ -508,24 +515,25 @@ type InboxGetParams struct {
 }
 
 type InboxGetRow struct {
-	MessageID       uuid.UUID
-	MessageType     string
-	Payload         []byte
-	Headers         []byte
-	TenantID        *string
-	IdempotencyKey  *string
-	Topic           string
-	CreatedAt       time.Time
-	VisibleAfter    time.Time
-	Status          string
-	LeaseOwner      *string
-	LeaseExpiresAt  *time.Time
-	LeaseGeneration int64
-	AttemptCount    int32
-	LastAttemptedAt *time.Time
-	LastError       *string
-	FinishedAt      *time.Time
-	DeadLetteredAt  *time.Time
+	MessageID         uuid.UUID
+	MessageType       string
+	Payload           []byte
+	Headers           []byte
+	TenantID          *string
+	IdempotencyKey    *string
+	Topic             string
+	CreatedAt         time.Time
+	VisibleAfter      time.Time
+	Status            string
+	LeaseOwner        *string
+	LeaseExpiresAt    *time.Time
+	LeaseGeneration   int64
+	ExpiredGeneration int64
+	AttemptCount      int32
+	LastAttemptedAt   *time.Time
+	LastError         *string
+	FinishedAt        *time.Time
+	DeadLetteredAt    *time.Time
 }
 
 // InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
@@ -547,6 +555,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.LeaseOwner,
 		&i.LeaseExpiresAt,
 		&i.LeaseGeneration,
+		&i.ExpiredGeneration,
 		&i.AttemptCount,
 		&i.LastAttemptedAt,
 		&i.LastError,
@@ -598,7 +607,7 @@ const inboxList = `-- name: InboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
@@ -613,24 +622,25 @@ type InboxListParams struct {
 }
 
 type InboxListRow struct {
-	MessageID       uuid.UUID
-	MessageType     string
-	Payload         []byte
-	Headers         []byte
-	TenantID        *string
-	IdempotencyKey  *string
-	Topic           string
-	CreatedAt       time.Time
-	VisibleAfter    time.Time
-	Status          string
-	LeaseOwner      *string
-	LeaseExpiresAt  *time.Time
-	LeaseGeneration int64
-	AttemptCount    int32
-	LastAttemptedAt *time.Time
-	LastError       *string
-	FinishedAt      *time.Time
-	DeadLetteredAt  *time.Time
+	MessageID         uuid.UUID
+	MessageType       string
+	Payload           []byte
+	Headers           []byte
+	TenantID          *string
+	IdempotencyKey    *string
+	Topic             string
+	CreatedAt         time.Time
+	VisibleAfter      time.Time
+	Status            string
+	LeaseOwner        *string
+	LeaseExpiresAt    *time.Time
+	LeaseGeneration   int64
+	ExpiredGeneration int64
+	AttemptCount      int32
+	LastAttemptedAt   *time.Time
+	LastError         *string
+	FinishedAt        *time.Time
+	DeadLetteredAt    *time.Time
 }
 
 // InboxList returns up to max_rows inbox rows ordered by (created_at,
@@ -659,6 +669,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.LeaseOwner,
 			&i.LeaseExpiresAt,
 			&i.LeaseGeneration,
+			&i.ExpiredGeneration,
 			&i.AttemptCount,
 			&i.LastAttemptedAt,
 			&i.LastError,
@@ -718,7 +729,7 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -744,6 +755,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'pending' AND l.lease_owner IS NULL
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome

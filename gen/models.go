@@ -28,6 +28,8 @@ type InboxMessage struct {
 	LeaseExpiresAt *time.Time
 	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
+	// The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.
+	ExpiredGeneration int64
 	// Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.
 	AttemptCount    int32
 	LastAttemptedAt *time.Time
@@ -54,6 +56,8 @@ type OutboxMessage struct {
 	LeaseExpiresAt *time.Time
 	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
+	// The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.
+	ExpiredGeneration int64
 	// Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.
 	AttemptCount    int32
 	LastAttemptedAt *time.Time

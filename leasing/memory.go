@@ -182,6 +182,9 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	for _, r := range due[:min(len(due), req.BatchSize)] {
 		expires := now.Add(leaseFor)
 		attempted := now
+		if r.Status == m.queue.InFlight() {
+			r.ExpiredGeneration = r.LeaseGeneration // reclaiming an expired lease
+		}
 		r.Status, r.LeaseOwner, r.LeaseExpiresAt = m.queue.InFlight(), req.Owner, &expires
 		r.LeaseGeneration++
 		r.AttemptCount++
@@ -227,9 +230,11 @@ func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Le
 
 // write applies set to every row still held by its lease and classifies
 // the rest like the SQL statements do: already applied when the row is in
-// target state written by this very lease (done reports that), terminal,
-// lost, or not found.
-func (m *Memory) write(leases []Lease, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
+// target state written by this very lease (done reports that) or, for
+// writes after which a row can be claimed again (movable), when the row
+// moved on from the lease's generation without that generation expiring;
+// then terminal, lost, or not found.
+func (m *Memory) write(leases []Lease, movable bool, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock()
@@ -244,6 +249,8 @@ func (m *Memory) write(leases []Lease, done func(*Row, Lease) bool, set func(*Ro
 		case r == nil:
 			o = OutcomeNotFound
 		case done(r, l):
+			o = OutcomeAlreadyApplied
+		case movable && r.LeaseGeneration > l.Generation && r.ExpiredGeneration < l.Generation:
 			o = OutcomeAlreadyApplied
 		case r.Status.Terminal():
 			o = OutcomeTerminal
@@ -273,7 +280,7 @@ func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, err
 	released := func(r *Row, l Lease) bool {
 		return r.Status == StatusPending && r.LeaseOwner == "" && r.LeaseGeneration == l.Generation
 	}
-	return m.write(leases, released, func(r *Row, _ int, now time.Time) {
+	return m.write(leases, true, released, func(r *Row, _ int, now time.Time) {
 		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
 		r.AttemptCount = max(r.AttemptCount-1, 0)
 	}), nil
@@ -315,7 +322,7 @@ func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leases, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
+	return m.write(leases, false, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
 		r.Status, r.FinishedAt, r.LeaseExpiresAt = m.queue.Succeeded(), &now, nil
 	}), nil
 }
@@ -328,7 +335,7 @@ func (m *Memory) Fail(ctx context.Context, failures ...Failure) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), wroteAs(StatusFailed), func(r *Row, i int, now time.Time) {
+	return m.write(leasesOf(failures), true, wroteAs(StatusFailed), func(r *Row, i int, now time.Time) {
 		r.Status, r.LeaseExpiresAt = StatusFailed, nil
 		r.VisibleAfter = now.Add(failures[i].RetryAfter.Truncate(time.Microsecond))
 		r.LastError = SanitizeError(failures[i].Error)
@@ -343,7 +350,7 @@ func (m *Memory) DeadLetter(ctx context.Context, failures ...Failure) (WriteResu
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), wroteAs(StatusDeadLettered), func(r *Row, i int, now time.Time) {
+	return m.write(leasesOf(failures), true, wroteAs(StatusDeadLettered), func(r *Row, i int, now time.Time) {
 		r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &now, nil
 		r.LastError = SanitizeError(failures[i].Error)
 	}), nil

@@ -139,6 +139,10 @@ type Row struct {
 	LeaseExpiresAt *time.Time
 	// LeaseGeneration is the fencing token: +1 per claim, never reset.
 	LeaseGeneration int64
+	// ExpiredGeneration is the latest generation whose lease expired and
+	// was reclaimed, 0 if none: a retried Fail, Release or DeadLetter of an
+	// older generation that did not expire had applied.
+	ExpiredGeneration int64
 	// AttemptCount is the number of attempts so far (claims not released).
 	AttemptCount int
 	// LastAttemptedAt is the store time of the latest claim.

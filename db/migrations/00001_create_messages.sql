@@ -15,6 +15,7 @@ CREATE TABLE inbox_messages (
     lease_owner       text,
     lease_expires_at  timestamptz,
     lease_generation  bigint      NOT NULL DEFAULT 0,
+    expired_generation bigint     NOT NULL DEFAULT 0,
     attempt_count     integer     NOT NULL DEFAULT 0,
     last_attempted_at timestamptz,
     last_error        text,
@@ -30,7 +31,7 @@ CREATE TABLE inbox_messages (
     CONSTRAINT inbox_messages_dead_lettered_check
         CHECK ((status = 'dead_lettered') = (dead_lettered_at IS NOT NULL)),
     CONSTRAINT inbox_messages_counters_check
-        CHECK (attempt_count >= 0 AND lease_generation >= 0)
+        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND expired_generation BETWEEN 0 AND lease_generation)
 );
 
 CREATE UNIQUE INDEX inbox_messages_idempotency_key_idx
@@ -42,6 +43,7 @@ COMMENT ON COLUMN inbox_messages.visible_after IS 'Not claimable before this dat
 COMMENT ON COLUMN inbox_messages.lease_owner IS 'Owner of the current lease while processing; the last owner that wrote a terminal or failed state otherwise.';
 COMMENT ON COLUMN inbox_messages.lease_expires_at IS 'Database time the current lease ends; set if and only if status is processing.';
 COMMENT ON COLUMN inbox_messages.lease_generation IS 'Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.';
+COMMENT ON COLUMN inbox_messages.expired_generation IS 'The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.';
 COMMENT ON COLUMN inbox_messages.attempt_count IS 'Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.';
 
 CREATE TABLE outbox_messages (
@@ -57,6 +59,7 @@ CREATE TABLE outbox_messages (
     lease_owner       text,
     lease_expires_at  timestamptz,
     lease_generation  bigint      NOT NULL DEFAULT 0,
+    expired_generation bigint     NOT NULL DEFAULT 0,
     attempt_count     integer     NOT NULL DEFAULT 0,
     last_attempted_at timestamptz,
     last_error        text,
@@ -72,7 +75,7 @@ CREATE TABLE outbox_messages (
     CONSTRAINT outbox_messages_dead_lettered_check
         CHECK ((status = 'dead_lettered') = (dead_lettered_at IS NOT NULL)),
     CONSTRAINT outbox_messages_counters_check
-        CHECK (attempt_count >= 0 AND lease_generation >= 0)
+        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND expired_generation BETWEEN 0 AND lease_generation)
 );
 
 COMMENT ON COLUMN outbox_messages.created_at IS 'Database clock (clock_timestamp) at insert; claims are FIFO by (created_at, message_id).';
@@ -80,6 +83,7 @@ COMMENT ON COLUMN outbox_messages.visible_after IS 'Not claimable before this da
 COMMENT ON COLUMN outbox_messages.lease_owner IS 'Owner of the current lease while publishing; the last owner that wrote a terminal or failed state otherwise.';
 COMMENT ON COLUMN outbox_messages.lease_expires_at IS 'Database time the current lease ends; set if and only if status is publishing.';
 COMMENT ON COLUMN outbox_messages.lease_generation IS 'Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.';
+COMMENT ON COLUMN outbox_messages.expired_generation IS 'The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.';
 COMMENT ON COLUMN outbox_messages.attempt_count IS 'Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.';
 
 -- Claims and renews touch the same rows over and over; a lower fillfactor leaves

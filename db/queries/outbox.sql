@@ -37,6 +37,9 @@ WITH ready AS (
         lease_owner       = @lease_owner::text,
         lease_expires_at  = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval,
         lease_generation  = m.lease_generation + 1,
+        -- A claim of an in-flight row reclaims an expired lease.
+        expired_generation = CASE WHEN m.status = 'publishing' THEN m.lease_generation
+                                  ELSE m.expired_generation END,
         attempt_count     = m.attempt_count + 1,
         last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
     FROM picked
@@ -72,7 +75,7 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -113,7 +116,7 @@ WITH input AS (
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -138,6 +141,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'dead_lettered' AND l.lease_owner = @lease_owner::text
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -188,7 +193,7 @@ WITH input AS (
            unnest(@retry_delays::interval[]) AS retry_delay,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -213,6 +218,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'failed' AND l.lease_owner = @lease_owner::text
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -226,7 +233,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id;
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE message_id = @message_id::uuid;
@@ -259,7 +266,7 @@ SELECT
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
@@ -294,7 +301,7 @@ WITH input AS (
     SELECT unnest(@message_ids::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -320,6 +327,8 @@ SELECT i.message_id::uuid AS message_id,
            WHEN l.message_id IS NULL THEN 'not_found'
            WHEN l.status = 'pending' AND l.lease_owner IS NULL
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN l.lease_generation > i.lease_generation
+                AND l.expired_generation < i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
