@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/leasestore/leasestore/gen"
 )
@@ -71,12 +73,31 @@ const explainPrefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 // batchSize due rows (concurrent claims skip them), and the rolled-back
 // update leaves up to batchSize dead row versions for VACUUM. Nothing is
 // committed. The statement is the generated one (db/queries InboxClaim or
-// OutboxClaim) with the same parameters Claim sends, so the plan is the one
-// a production claim gets on a custom plan.
+// OutboxClaim) with the same parameters Claim sends, planned for those
+// parameter values: the custom plan PostgreSQL gives a prepared claim.
 //
 // Errors: an *ArgumentError when batchSize is not 1..MaxBatchSize; otherwise
 // the driver error, or an error when the EXPLAIN output cannot be parsed.
 func (s *Postgres) ExplainClaim(ctx context.Context, batchSize int) (ClaimPlan, error) {
+	return s.explainClaim(ctx, batchSize, false)
+}
+
+// ExplainClaimGeneric is ExplainClaim with the generic plan: the plan
+// PostgreSQL reuses for a prepared claim without looking at its parameter
+// values, which it picks when it estimates it no dearer than the custom
+// plans, and always under plan_cache_mode = force_generic_plan. It prepares
+// the claim as leasestore_explain_claim on one connection and deallocates
+// it before returning.
+//
+// Errors: as for ExplainClaim.
+func (s *Postgres) ExplainClaimGeneric(ctx context.Context, batchSize int) (ClaimPlan, error) {
+	return s.explainClaim(ctx, batchSize, true)
+}
+
+// explainPrepared names the prepared claim ExplainClaimGeneric explains.
+const explainPrepared = "leasestore_explain_claim"
+
+func (s *Postgres) explainClaim(ctx context.Context, batchSize int, generic bool) (ClaimPlan, error) {
 	r := ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second}
 	if err := r.Validate(); err != nil {
 		return ClaimPlan{}, err
@@ -85,24 +106,80 @@ func (s *Postgres) ExplainClaim(ctx context.Context, batchSize int) (ClaimPlan, 
 	if err != nil {
 		return ClaimPlan{}, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	var raw []byte
-	if err := tx.QueryRow(ctx, explainPrefix+stmt.sql, stmt.args...).Scan(&raw); err != nil {
+	defer conn.Release()
+	raw, err := explainRolledBack(ctx, conn.Conn(), stmt, r, s.pinned(), generic)
+	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: rollback: %w", s.queue, err)
 	}
 	plan, err := parseClaimPlan(raw, batchSize)
 	if err != nil {
 		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
 	}
 	return plan, nil
+}
+
+// explainGenericArgsSQL stores the values explainGenericSQL passes to the
+// prepared claim in settings local to the transaction: the pinned clock
+// (” for the database clock) and the batch size. Values stay parameters.
+const explainGenericArgsSQL = `SELECT set_config('leasestore.explain_now', coalesce($1::timestamptz::text, ''), true),
+       set_config('leasestore.explain_batch', $2::integer::text, true)`
+
+// explainGenericSQL explains an EXECUTE of the prepared claim. EXECUTE
+// takes its arguments as expressions, not bind parameters, so they come
+// from the settings explainGenericArgsSQL made, and from the constants
+// ExplainClaim always uses: no tenant, explainOwner, a 30-second lease.
+const explainGenericSQL = explainPrefix + "EXECUTE " + explainPrepared + `(
+    nullif(current_setting('leasestore.explain_now'), '')::timestamptz,
+    NULL::text,
+    current_setting('leasestore.explain_batch')::integer,
+    '` + explainOwner + `'::text,
+    '30 seconds'::interval)`
+
+// explainGenericParams are the parameter types of the generated claim, in
+// order, that explainGenericSQL supplies: now, tenant_id, batch_size,
+// lease_owner, lease_for.
+var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.TextOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
+
+// explainRolledBack runs stmt under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+// in a transaction on conn that it rolls back, and returns the output.
+//
+// With generic it prepares stmt as explainPrepared, forces the generic plan
+// for the transaction and explains an EXECUTE of it with the arguments of r
+// (see explainGenericSQL). A prepared statement outlives the transaction:
+// it is deallocated after the rollback.
+func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt statement, r ClaimRequest, now *time.Time, generic bool) ([]byte, error) {
+	if generic {
+		sd, err := conn.Prepare(ctx, explainPrepared, stmt.sql)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = conn.Deallocate(context.WithoutCancel(ctx), explainPrepared) }()
+		if !slices.Equal(sd.ParamOIDs, explainGenericParams) {
+			return nil, fmt.Errorf("the generated claim takes parameters of types %v, not %v: update explainGenericSQL", sd.ParamOIDs, explainGenericParams)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var raw []byte
+	if !generic {
+		err = tx.QueryRow(ctx, explainPrefix+stmt.sql, stmt.args...).Scan(&raw)
+		return raw, err
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, explainGenericArgsSQL, now, int32(r.BatchSize)); err != nil {
+		return nil, err
+	}
+	err = tx.QueryRow(ctx, explainGenericSQL).Scan(&raw)
+	return raw, err
 }
 
 // statement is one SQL text with its arguments, as a gen method sends it.

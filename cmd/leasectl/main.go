@@ -54,6 +54,8 @@ var commands = []command{
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
+	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
+	{"bench", "[--messages N] [--workers W] [--batch B] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
 	{"demo", "[--keep] [--messages N] [--batch N] [--late N] [--fail N] [--throwaway auto|always|never]", "two processor instances share both queues on a fresh database", runDemo},
 }
 
@@ -140,9 +142,12 @@ Exit status: 0 success, 1 failure, 2 bad flags or arguments (nothing changed).
 // 0 for nil or -h, 2 for bad input, 1 for everything else.
 func (c *cli) exitStatus(name string, err error) int {
 	var ue *usageError
+	var code exitCode
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &code):
+		return int(code)
 	case errors.As(err, &ue):
 		fmt.Fprintf(c.stderr, "leasectl %s: %s\nRun 'leasectl %s -h' for usage.\n", name, ue.msg, name)
 		return 2

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+
+	"github.com/leasestore/leasestore/internal/bench"
+	"github.com/leasestore/leasestore/internal/doctor"
+)
+
+// exitCode is a command's exit status, decided and reported by the command
+// itself (internal/doctor and internal/bench print their own messages).
+type exitCode int
+
+// Error implements error for a non-zero status.
+func (e exitCode) Error() string { return "exit status" }
+
+func statusOf(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return exitCode(code)
+}
+
+// runDoctor checks indexes, the claim's plan and cost, lease and backlog
+// health, dead rows and sessions holding back VACUUM: internal/doctor.
+func runDoctor(ctx context.Context, c *cli, args []string) error {
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return statusOf(doctor.Main(ctx, pool, args, c.stdout, c.stderr))
+}
+
+// runBench fills a database of its own and drains it through the leasing
+// API and through pgbench: internal/bench.
+func runBench(ctx context.Context, c *cli, args []string) error {
+	return statusOf(bench.Main(ctx, c.databaseURL, args, c.stdout, c.stderr))
+}

@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// benchFill inserts due pending inbox rows and, before them in FIFO order,
+// terminal (completed) rows, with generate_series, then VACUUM ANALYZE.
+func benchFill(tb testing.TB, pool *pgxpool.Pool, due, terminal int) {
+	tb.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO inbox_messages (message_id, payload, created_at, visible_after, status,
+		                            lease_owner, lease_generation, attempt_count, completed_at)
+		SELECT gen_random_uuid(), '\x01', c, c, 'completed', 'bench', 1, 1, c
+		FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS c
+		      FROM generate_series(1, $1::int) AS g) AS s`, terminal)
+	require.NoError(tb, err)
+	benchRefill(tb, pool, due)
+}
+
+// benchRefill adds n due pending inbox rows after every existing row.
+func benchRefill(tb testing.TB, pool *pgxpool.Pool, n int) {
+	tb.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO inbox_messages (message_id, payload, created_at, visible_after)
+		SELECT gen_random_uuid(), '\x01', c, c
+		FROM (SELECT now() - interval '10 days' + g * interval '1 millisecond' AS c
+		      FROM generate_series(1, $1::int) AS g) AS s`, n)
+	require.NoError(tb, err)
+	_, err = pool.Exec(ctx, "VACUUM (ANALYZE) inbox_messages")
+	require.NoError(tb, err)
+}
+
+// BenchmarkClaim measures one claim of 10 through the generated statement
+// at a fixed backlog: each claim runs in a transaction that is rolled back,
+// so every iteration sees the same table. It reports the plan's shared
+// buffers per claim (buffers/op) from leasing.Postgres.ExplainClaim.
+func BenchmarkClaim(b *testing.B) {
+	for _, shape := range []struct{ due, terminal int }{{10_000, 0}, {100_000, 100_000}} {
+		b.Run(fmt.Sprintf("due=%d/terminal=%d/batch=10", shape.due, shape.terminal), func(b *testing.B) {
+			ctx := context.Background()
+			pool := dbtest.NewPool(b)
+			benchFill(b, pool, shape.due, shape.terminal)
+			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+			require.NoError(b, err)
+			plan, err := store.ExplainClaim(ctx, 10)
+			require.NoError(b, err)
+			conn, err := pool.Acquire(ctx)
+			require.NoError(b, err)
+			defer conn.Release()
+			q := gen.New()
+			params := gen.InboxClaimParams{BatchSize: 10, LeaseOwner: "bench", LeaseFor: time.Minute}
+
+			b.ResetTimer()
+			for b.Loop() {
+				tx, err := conn.Begin(ctx)
+				require.NoError(b, err)
+				rows, err := q.InboxClaim(ctx, tx, params)
+				require.NoError(b, err)
+				require.Len(b, rows, 10)
+				require.NoError(b, tx.Rollback(ctx))
+			}
+			b.ReportMetric(float64(plan.Buffers), "buffers/op")
+		})
+	}
+}
+
+// BenchmarkClaimComplete measures the drain loop of one worker through the
+// leasing API: Claim of a batch, then one Complete of the batch, each in
+// its own transaction (synchronous commit as the server is set). The table
+// is refilled, off the clock, whenever it runs dry. It reports messages/s.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, batch := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			ctx := context.Background()
+			pool := dbtest.NewPool(b)
+			const refill = 20_000
+			benchFill(b, pool, refill, 0)
+			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+			require.NoError(b, err)
+			req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: batch, LeaseFor: time.Minute}
+
+			var messages int
+			b.ResetTimer()
+			for b.Loop() {
+				leases, err := store.Claim(ctx, req)
+				require.NoError(b, err)
+				if len(leases) == 0 {
+					b.StopTimer()
+					benchRefill(b, pool, refill)
+					b.StartTimer()
+					continue
+				}
+				res, err := store.Complete(ctx, leases...)
+				require.NoError(b, err)
+				require.NoError(b, res.Err())
+				messages += len(leases)
+			}
+			b.ReportMetric(float64(messages)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/doctor"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Check/HealthyDatabase", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.NewPool(t)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		_, err = store.Enqueue(ctx, make([]leasing.NewMessage, 20)...)
+		require.NoError(t, err)
+
+		rep, err := doctor.Check(ctx, pool, doctor.Options{})
+		require.NoError(t, err)
+		require.Len(t, rep.Queues, 2)
+		for _, q := range rep.Queues {
+			require.Empty(t, q.Problems, q.Queue)
+		}
+		// The server may run with autovacuum off (some test servers do);
+		// that is the one server-wide problem a fresh database can have.
+		require.Equal(t, rep.Autovacuum, rep.OK, rep.Problems)
+		in := rep.Queues[0]
+		require.Equal(t, "inbox_messages", in.Table)
+		require.Equal(t, 10, in.ClaimRows)
+		require.Positive(t, in.ClaimBuffers)
+		require.Contains(t, in.ClaimIndexes, "inbox_messages_ready_idx")
+		require.Contains(t, in.ClaimIndexes, "inbox_messages_inflight_idx")
+		require.Len(t, in.Indexes, 4)
+		for _, ix := range in.Indexes {
+			require.True(t, ix.Present && ix.Valid, ix.Name)
+		}
+		require.Equal(t, int64(20), in.Depth["pending"], "the explained claim was rolled back")
+
+		var out bytes.Buffer
+		ok, err := doctor.Run(ctx, pool, &out, true, doctor.Options{})
+		require.NoError(t, err)
+		require.Equal(t, rep.OK, ok)
+		var fields map[string]any
+		require.NoError(t, json.Unmarshal(out.Bytes(), &fields))
+		q := fields["queues"].([]any)[0].(map[string]any)
+		for _, name := range []string{"claim_buffers", "claim_ms", "claim_plan", "expired_leases",
+			"oldest_due_seconds", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
+			require.Contains(t, q, name)
+		}
+		require.Contains(t, fields, "oldest_xact_seconds")
+	})
+
+	t.Run("Check/InvalidAndMissingIndexes", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.NewPool(t)
+		// What an interrupted CREATE INDEX CONCURRENTLY leaves behind.
+		_, err := pool.Exec(ctx, `UPDATE pg_index SET indisvalid = false
+			WHERE indexrelid = 'inbox_messages_ready_idx'::regclass`)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `DROP INDEX outbox_messages_inflight_idx`)
+		require.NoError(t, err)
+
+		rep, err := doctor.Check(ctx, pool, doctor.Options{})
+		require.NoError(t, err)
+		require.False(t, rep.OK)
+		require.True(t, hasProblem(rep.Queues[0].Problems, "inbox_messages_ready_idx is invalid"), rep.Queues[0].Problems)
+		require.True(t, hasProblem(rep.Queues[1].Problems, "outbox_messages_inflight_idx is missing"), rep.Queues[1].Problems)
+		require.True(t, hasProblem(rep.Queues[1].Problems, "does not use index outbox_messages_inflight_idx"), rep.Queues[1].Problems)
+
+		var out bytes.Buffer
+		code := doctor.Main(ctx, pool, nil, &out, &out)
+		require.Equal(t, 1, code)
+		require.Contains(t, out.String(), "REINDEX INDEX CONCURRENTLY inbox_messages_ready_idx")
+		require.Contains(t, out.String(), "NOT OK")
+	})
+
+	t.Run("Check/OldTransactionAndBacklog", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		pool, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		_, err = store.Enqueue(ctx, leasing.NewMessage{})
+		require.NoError(t, err)
+		_, err = store.Claim(ctx, leasing.ClaimRequest{Owner: "gone", BatchSize: 1, LeaseFor: time.Millisecond})
+		require.NoError(t, err)
+		_, err = store.Enqueue(ctx, leasing.NewMessage{})
+		require.NoError(t, err)
+
+		// A repeatable-read transaction keeps its snapshot, and with it
+		// backend_xmin, until it ends.
+		holder, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = holder.Close(ctx) })
+		tx, err := holder.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT 1")
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+
+		rep, err := doctor.Check(ctx, pool, doctor.Options{
+			Queues: []leasing.Queue{leasing.Inbox}, MaxXactAge: 10 * time.Millisecond, MaxOldestDue: time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.False(t, rep.OK)
+		require.Positive(t, rep.OldestXactSeconds)
+		require.True(t, hasProblem(rep.Problems, "has held a snapshot"), rep.Problems)
+		in := rep.Queues[0]
+		require.Equal(t, int64(1), in.ExpiredLeases)
+		require.True(t, hasProblem(in.Warnings, "leases expired"), in.Warnings)
+		require.True(t, hasProblem(in.Problems, "oldest due message"), in.Problems)
+		require.NoError(t, tx.Rollback(ctx))
+	})
+}
+
+func hasProblem(list []string, part string) bool {
+	for _, p := range list {
+		if strings.Contains(p, part) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,412 @@
+// Package bench measures a leasestore queue on a database it creates: it
+// fills the queue with a backlog of a chosen shape, drains it with several
+// workers through the leasing API, verifies that every message was
+// completed exactly once, and compares the rate with the same claim and
+// complete statements driven by pgbench (the raw-SQL baseline). While the
+// drain runs it samples the claim's plan cost, to show whether claims stay
+// cheap as dead rows pile up.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/db"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Config says what to fill and how to drain it. Zero fields take their
+// defaults.
+type Config struct {
+	// AdminURL is a connection string to the server's maintenance database;
+	// Run creates its own database, leasestore_bench_<random>, next to it.
+	AdminURL string
+	// Queue is the queue to measure. Defaults to leasing.Inbox.
+	Queue leasing.Queue
+	// Messages is the number of due pending rows to drain. Defaults to 200,000.
+	Messages int
+	// TerminalRows is the number of finished rows (completed or published)
+	// in the table, older than every other row. Defaults to 0.
+	TerminalRows int
+	// DeferredRows is the number of pending rows at the FIFO head that are
+	// not due for a day: every claim must pass them. Defaults to 0.
+	DeferredRows int
+	// ExpiredLeases is the number of in-flight rows whose lease expired a
+	// minute ago; the drain reclaims and completes them too. Defaults to 0.
+	ExpiredLeases int
+	// PayloadBytes is the size of each payload in bytes. Defaults to 64.
+	PayloadBytes int
+	// Workers is the number of draining workers, each on its own
+	// connection. Defaults to 4.
+	Workers int
+	// BatchSize is the claim batch size; each claim is followed by one
+	// Complete of the whole batch. Defaults to 100.
+	BatchSize int
+	// LeaseFor is the lease duration of each claim. Defaults to 5 minutes,
+	// so that no lease expires during a drain.
+	LeaseFor time.Duration
+	// ExplainBatch is the batch size of the claims whose plan cost Run
+	// measures after the fill and during the drain. Defaults to 10.
+	ExplainBatch int
+	// SampleEvery is how many drained messages pass between two plan-cost
+	// samples during the leasing drain; negative turns sampling off.
+	// Defaults to 5,000.
+	SampleEvery int
+	// VacuumEvery, when positive, makes the leasing drain run VACUUM on the
+	// table from a connection of its own each time this many more messages
+	// were drained: an experiment in cleaning up more often than autovacuum.
+	// Defaults to 0, none.
+	VacuumEvery int
+	// PlainPgx leaves the workers' connections as pgx makes them, without
+	// leasing.RegisterTypes. Defaults to false: registered, as recommended.
+	PlainPgx bool
+	// SkipDrain stops after the fill and the plan of a clean claim.
+	SkipDrain bool
+	// SkipRaw skips the pgbench baseline.
+	SkipRaw bool
+	// Pgbench is the pgbench binary. Defaults to pgbench on PATH, else the
+	// newest /usr/lib/postgresql/*/bin/pgbench.
+	Pgbench string
+	// Keep leaves the database in place after the run instead of dropping it.
+	Keep bool
+	// JSON writes the Result as JSON to the output instead of a text report.
+	JSON bool
+	// Progress, when not nil, receives a progress line rewritten in place
+	// with \r (meant for a terminal: see IsTerminal). Defaults to none.
+	Progress io.Writer
+}
+
+// withDefaults returns cfg with its zero fields set.
+func (cfg Config) withDefaults() Config {
+	if cfg.Queue == "" {
+		cfg.Queue = leasing.Inbox
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.Messages, 200_000)
+	def(&cfg.PayloadBytes, 64)
+	def(&cfg.Workers, 4)
+	def(&cfg.BatchSize, 100)
+	def(&cfg.ExplainBatch, 10)
+	def(&cfg.SampleEvery, 5_000)
+	if cfg.LeaseFor == 0 {
+		cfg.LeaseFor = 5 * time.Minute
+	}
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	if _, err := leasing.ParseQueue(string(cfg.Queue)); err != nil {
+		return err
+	}
+	switch {
+	case cfg.AdminURL == "":
+		return errors.New("bench: no database URL")
+	case cfg.Messages < 1:
+		return fmt.Errorf("bench: messages must be at least 1, got %d", cfg.Messages)
+	case cfg.TerminalRows < 0 || cfg.DeferredRows < 0 || cfg.ExpiredLeases < 0:
+		return errors.New("bench: terminal, deferred and expired row counts must not be negative")
+	case cfg.PayloadBytes < 0 || cfg.PayloadBytes > leasing.MaxPayloadBytes:
+		return fmt.Errorf("bench: payload bytes must be 0..%d, got %d", leasing.MaxPayloadBytes, cfg.PayloadBytes)
+	case cfg.Workers < 1 || cfg.Workers > 64:
+		return fmt.Errorf("bench: workers must be 1..64, got %d", cfg.Workers)
+	case cfg.BatchSize < 1 || cfg.BatchSize > leasing.MaxBatchSize:
+		return fmt.Errorf("bench: batch size must be 1..%d, got %d", leasing.MaxBatchSize, cfg.BatchSize)
+	case cfg.ExplainBatch < 1 || cfg.ExplainBatch > leasing.MaxBatchSize:
+		return fmt.Errorf("bench: explain batch must be 1..%d, got %d", leasing.MaxBatchSize, cfg.ExplainBatch)
+	case cfg.LeaseFor < time.Second || cfg.LeaseFor > leasing.MaxLeaseDuration:
+		return fmt.Errorf("bench: lease must be 1s..%s, got %s", leasing.MaxLeaseDuration, cfg.LeaseFor)
+	}
+	return nil
+}
+
+// Result is what a Run measured. Durations are in the unit their name says.
+type Result struct {
+	// Database is the database Run created; Kept says whether it is still there.
+	Database string `json:"database"`
+	Kept     bool   `json:"kept"`
+	// Queue, Messages ... ExplainBatch echo the configuration. Drained is
+	// the number of rows a drain must finish: Messages + ExpiredLeases.
+	Queue         string `json:"queue"`
+	Messages      int    `json:"messages"`
+	TerminalRows  int    `json:"terminal_rows"`
+	DeferredRows  int    `json:"deferred_rows"`
+	ExpiredLeases int    `json:"expired_leases"`
+	Drained       int    `json:"drained"`
+	Workers       int    `json:"workers"`
+	BatchSize     int    `json:"batch_size"`
+	ExplainBatch  int    `json:"explain_batch"`
+	// RegisteredTypes says whether the workers' connections ran
+	// leasing.RegisterTypes.
+	RegisteredTypes bool `json:"registered_types"`
+	// FillSeconds is the time the fill, VACUUM and ANALYZE took.
+	FillSeconds float64 `json:"fill_seconds"`
+	// Clean is the plan cost of a claim of ExplainBatch rows right after
+	// the fill: the median of several rolled-back claims.
+	Clean ClaimCost `json:"clean_claim"`
+	// CleanGeneric is the same for the claim's generic plan (see
+	// leasing.Postgres.ExplainClaimGeneric).
+	CleanGeneric ClaimCost `json:"clean_generic_claim"`
+	// API is the drain through the leasing API; nil with SkipDrain.
+	API *Drain `json:"api,omitempty"`
+	// Raw is the pgbench drain of the same statements; nil when skipped.
+	Raw *Drain `json:"raw,omitempty"`
+	// APIVsRaw is API messages/s divided by raw messages/s; 0 without both.
+	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
+	// Steady is the claim cost sampled during the API drain; nil when
+	// sampling is off or the drain was skipped.
+	Steady *Steady `json:"steady_state,omitempty"`
+	// RawSkipped says why the raw baseline did not run, if it did not.
+	RawSkipped string `json:"raw_skipped,omitempty"`
+}
+
+// ClaimCost is the plan cost of one claim (see leasing.ClaimPlan).
+type ClaimCost struct {
+	Rows             int      `json:"claim_rows"`
+	Buffers          int64    `json:"claim_buffers"`
+	Ms               float64  `json:"claim_ms"`
+	TempBlocks       int64    `json:"temp_blocks"`
+	JIT              bool     `json:"jit"`
+	SeqScan          bool     `json:"seq_scan"`
+	SortOverEligible bool     `json:"sort_over_eligible"`
+	Plan             []string `json:"claim_plan,omitempty"`
+}
+
+func costOf(p leasing.ClaimPlan, withPlan bool) ClaimCost {
+	c := ClaimCost{
+		Rows: p.Rows, Buffers: p.Buffers, Ms: ms(p.Duration), TempBlocks: p.TempBlocks,
+		JIT: p.JIT, SeqScan: p.SeqScan, SortOverEligible: p.SortOverEligible,
+	}
+	if withPlan {
+		c.Plan = p.Nodes
+	}
+	return c
+}
+
+// Drain is one drain's throughput and latency. Latencies are per call, in
+// milliseconds, as the client saw them.
+type Drain struct {
+	// Method is "leasing" (the Go API) or "pgbench" (raw SQL).
+	Method            string  `json:"method"`
+	Seconds           float64 `json:"seconds"`
+	MessagesPerSecond float64 `json:"messages_per_second"`
+	// Claims counts claim calls, EmptyClaims those that returned no row.
+	Claims      int `json:"claims"`
+	EmptyClaims int `json:"empty_claims"`
+	// ClaimP50Ms ... CompleteP99Ms are leasing only.
+	ClaimP50Ms    float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99Ms    float64 `json:"claim_p99_ms,omitempty"`
+	CompleteP50Ms float64 `json:"complete_p50_ms,omitempty"`
+	CompleteP99Ms float64 `json:"complete_p99_ms,omitempty"`
+	// LoopAvgMs is pgbench's average latency of one claim + complete loop.
+	LoopAvgMs float64 `json:"loop_avg_ms,omitempty"`
+	// Autovacuums counts autovacuum runs on the table during the drain.
+	Autovacuums int64 `json:"autovacuums"`
+	// Vacuums counts the VACUUMs Config.VacuumEvery ran, VacuumSeconds
+	// their total time.
+	Vacuums       int     `json:"vacuums,omitempty"`
+	VacuumSeconds float64 `json:"vacuum_seconds,omitempty"`
+	// Verified is true when every row was completed exactly once and no
+	// other row changed; Problem says what failed otherwise.
+	Verified bool   `json:"verified"`
+	Problem  string `json:"problem,omitempty"`
+}
+
+// Steady is the claim cost sampled during a drain.
+type Steady struct {
+	Samples []Sample `json:"samples"`
+	// CleanBuffers is Result.Clean.Buffers; P50Buffers and MaxBuffers are
+	// over the quiesced samples that claimed a full ExplainBatch, and
+	// LiveP50Buffers and LiveMaxBuffers over the live ones.
+	CleanBuffers   int64 `json:"clean_buffers"`
+	P50Buffers     int64 `json:"p50_buffers"`
+	MaxBuffers     int64 `json:"max_buffers"`
+	LiveP50Buffers int64 `json:"live_p50_buffers"`
+	LiveMaxBuffers int64 `json:"live_max_buffers"`
+	// MaxRatio is MaxBuffers / CleanBuffers, LiveMaxRatio the same for the
+	// live samples.
+	MaxRatio     float64 `json:"max_ratio"`
+	LiveMaxRatio float64 `json:"live_max_ratio"`
+}
+
+// Sample is one claim measured during a drain, twice: live, while the
+// workers' claims run and it must skip the rows they lock, and quiesced,
+// with the workers held between two batches, which shows the state of the
+// table and its indexes alone.
+type Sample struct {
+	// Drained is how many messages the drain had finished.
+	Drained int64 `json:"drained"`
+	// Rows, Buffers and Ms are the quiesced claim's.
+	Rows    int     `json:"claim_rows"`
+	Buffers int64   `json:"claim_buffers"`
+	Ms      float64 `json:"claim_ms"`
+	// LiveRows, LiveBuffers and LiveMs are the live claim's.
+	LiveRows    int     `json:"live_claim_rows"`
+	LiveBuffers int64   `json:"live_claim_buffers"`
+	LiveMs      float64 `json:"live_claim_ms"`
+	// DeadTuples is the table's dead row estimate at the sample.
+	DeadTuples int64 `json:"dead_tuples"`
+	// Autovacuums is the table's autovacuum count when the sample was taken.
+	Autovacuums int64 `json:"autovacuums"`
+}
+
+// Run creates a database next to cfg.AdminURL, migrates and fills it, and
+// drains it as cfg says: first through the leasing API, then (unless
+// cfg.SkipRaw) refilled the same way and drained by pgbench. It writes the
+// report, as text or JSON, to out and drops the database unless cfg.Keep.
+//
+// A drain that fails verification is reported in Result, not as an error.
+//
+// Errors: a bad cfg; a failed database step; pgbench failing to run.
+func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	res = Result{
+		Queue: string(cfg.Queue), Messages: cfg.Messages, TerminalRows: cfg.TerminalRows,
+		DeferredRows: cfg.DeferredRows, ExpiredLeases: cfg.ExpiredLeases,
+		Drained: cfg.Messages + cfg.ExpiredLeases, Workers: cfg.Workers, BatchSize: cfg.BatchSize,
+		ExplainBatch: cfg.ExplainBatch, RegisteredTypes: !cfg.PlainPgx,
+	}
+	name, dbURL, err := createDatabase(ctx, cfg.AdminURL)
+	if err != nil {
+		return res, err
+	}
+	res.Database, res.Kept = name, cfg.Keep
+	defer func() {
+		if !cfg.Keep {
+			if dropErr := dropDatabase(cfg.AdminURL, name); dropErr != nil && err == nil {
+				err = fmt.Errorf("bench: drop database %s: %w", name, dropErr)
+			}
+		}
+	}()
+	err = run(ctx, cfg, dbURL, &res)
+	if err != nil {
+		return res, err
+	}
+	if cfg.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = writeText(out, res, dbURL)
+	}
+	return res, err
+}
+
+func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("bench: connect: %w", err)
+	}
+	defer pool.Close()
+	if _, err := db.MigrateUp(ctx, pool); err != nil {
+		return err
+	}
+	store, err := leasing.NewPostgres(pool, cfg.Queue, leasing.PostgresOptions{})
+	if err != nil {
+		return err
+	}
+	t := tableOf(cfg.Queue)
+	progress := newProgress(cfg.Progress)
+
+	start := time.Now()
+	progress.status("filling %s: %d due, %d terminal, %d deferred, %d expired", t.name,
+		cfg.Messages, cfg.TerminalRows, cfg.DeferredRows, cfg.ExpiredLeases)
+	if err := fill(ctx, pool, t, cfg); err != nil {
+		return err
+	}
+	res.FillSeconds = time.Since(start).Seconds()
+	res.Clean, err = cleanCost(ctx, store.ExplainClaim, cfg.ExplainBatch)
+	if err != nil {
+		return err
+	}
+	res.CleanGeneric, err = cleanCost(ctx, store.ExplainClaimGeneric, cfg.ExplainBatch)
+	if err != nil {
+		return err
+	}
+	progress.done()
+	if cfg.SkipDrain {
+		return nil
+	}
+
+	api, steady, err := drainAPI(ctx, cfg, dbURL, pool, t, res.Clean.Buffers, progress)
+	if err != nil {
+		return err
+	}
+	res.API, res.Steady = &api, steady
+
+	if cfg.SkipRaw {
+		res.RawSkipped = "turned off"
+		return nil
+	}
+	pgbench, why := findPgbench(cfg.Pgbench)
+	if pgbench == "" {
+		res.RawSkipped = why
+		return nil
+	}
+	progress.status("refilling %s for pgbench", t.name)
+	if err := truncate(ctx, pool, t); err != nil {
+		return err
+	}
+	if err := fill(ctx, pool, t, cfg); err != nil {
+		return err
+	}
+	progress.done()
+	raw, err := drainPgbench(ctx, cfg, pgbench, dbURL, pool, t, progress)
+	if err != nil {
+		return err
+	}
+	res.Raw = &raw
+	if raw.MessagesPerSecond > 0 {
+		res.APIVsRaw = api.MessagesPerSecond / raw.MessagesPerSecond
+	}
+	return nil
+}
+
+// cleanCost returns the median cost of five rolled-back claims of batch
+// rows, explained by explain.
+func cleanCost(ctx context.Context, explain func(context.Context, int) (leasing.ClaimPlan, error), batch int) (ClaimCost, error) {
+	plans := make([]leasing.ClaimPlan, 5)
+	for i := range plans {
+		p, err := explain(ctx, batch)
+		if err != nil {
+			return ClaimCost{}, err
+		}
+		plans[i] = p
+	}
+	slices.SortFunc(plans, func(a, b leasing.ClaimPlan) int { return int(a.Buffers - b.Buffers) })
+	return costOf(plans[len(plans)/2], true), nil
+}
+
+// percentileMs returns the q-quantile of lat in milliseconds (nearest rank).
+func percentileMs(lat []time.Duration, q float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return ms(s[min(max(i, 0), len(s)-1)])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// IsTerminal reports whether f is a terminal (a character device), where
+// a progress line rewritten with \r makes sense.
+func IsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// table describes one queue's table for the fill and verify statements.
+// The names are fixed identifiers, never input.
+type table struct {
+	name     string // inbox_messages or outbox_messages
+	inFlight string // processing or publishing
+	success  string // completed or published
+	doneAt   string // completed_at or published_at
+}
+
+func tableOf(q leasing.Queue) table {
+	if q == leasing.Outbox {
+		return table{"outbox_messages", "publishing", "published", "published_at"}
+	}
+	return table{"inbox_messages", "processing", "completed", "completed_at"}
+}
+
+// Row kinds, stored in message_type so that verification can tell them apart.
+const (
+	kindDue      = "bench"
+	kindExpired  = "bench-expired"
+	kindDeferred = "bench-deferred"
+	kindTerminal = "bench-terminal"
+)
+
+// fillSQL inserts $2 rows of one kind, numbered from $1 in created_at order
+// (1 ms apart, starting 30 days ago). $3 is the kind, $4 the payload size in
+// bytes. Terminal rows are finished, deferred rows are due in a day, expired
+// rows hold a lease that ended a minute ago, due rows are pending and due.
+const fillSQL = `
+INSERT INTO %[1]s (message_id, message_type, payload, created_at, visible_after, status,
+                   lease_owner, lease_expires_at, lease_generation, attempt_count,
+                   last_attempted_at, %[4]s)
+SELECT gen_random_uuid(), $3::text, p.payload, c.created_at,
+       CASE $3::text WHEN 'bench-deferred' THEN now() + interval '1 day' ELSE c.created_at END,
+       CASE $3::text WHEN 'bench-terminal' THEN '%[3]s'
+                     WHEN 'bench-expired' THEN '%[2]s'
+                     ELSE 'pending' END,
+       CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN 'bench-history' END,
+       CASE $3::text WHEN 'bench-expired' THEN now() - interval '1 minute' END,
+       CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN 1 ELSE 0 END,
+       CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN 1 ELSE 0 END,
+       CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN c.created_at END,
+       CASE $3::text WHEN 'bench-terminal' THEN c.created_at + interval '1 second' END
+FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at
+      FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) AS g) AS c,
+     (SELECT convert_to(repeat('x', $4::integer), 'UTF8') AS payload) AS p`
+
+// verifySQL counts, over the rows a drain must finish (due and expired
+// kinds), how many reached the success state and how many claims they took
+// (lease_generation beyond what the fill gave them), and how many rows of
+// the other kinds a drain changed.
+const verifySQL = `
+SELECT count(*) FILTER (WHERE message_type IN ('bench', 'bench-expired'))::bigint,
+       count(*) FILTER (WHERE message_type IN ('bench', 'bench-expired') AND status = '%[2]s')::bigint,
+       coalesce(sum(lease_generation - CASE message_type WHEN 'bench-expired' THEN 1 ELSE 0 END)
+                FILTER (WHERE message_type IN ('bench', 'bench-expired')), 0)::bigint,
+       count(*) FILTER (WHERE message_type = 'bench-deferred' AND (status <> 'pending' OR lease_generation <> 0))::bigint
+         + count(*) FILTER (WHERE message_type = 'bench-terminal' AND (status <> '%[2]s' OR lease_generation <> 1))::bigint
+FROM %[1]s`
+
+// createDatabase creates a database named leasestore_bench_<random> on the
+// server of adminURL and returns its name and URL.
+func createDatabase(ctx context.Context, adminURL string) (name, dbURL string, err error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name = "leasestore_bench_" + hex.EncodeToString(b)
+	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", fmt.Errorf("bench: create database: %w", err)
+	}
+	dbURL, err = withDatabase(adminURL, name)
+	return name, dbURL, err
+}
+
+// dropDatabase drops database name, disconnecting any session left on it.
+func dropDatabase(adminURL, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return adminExec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+func adminExec(ctx context.Context, adminURL, sql string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// withDatabase returns connection string u with its database set to name;
+// u is a postgres:// URL or a keyword/value string.
+func withDatabase(u, name string) (string, error) {
+	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
+		parsed.Path = "/" + name
+		return parsed.String(), nil
+	}
+	if _, err := pgx.ParseConfig(u); err != nil {
+		return "", fmt.Errorf("bench: parse database URL: %w", err)
+	}
+	return u + " dbname=" + name, nil
+}
+
+// fill loads the backlog shape of cfg into t, oldest first: terminal rows,
+// deferred rows (the FIFO head, not yet due), expired leases, due rows; then
+// VACUUM (ANALYZE), so that the drain starts from a table in service state.
+func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config) error {
+	stmt := fmt.Sprintf(fillSQL, pgx.Identifier{t.name}.Sanitize(), t.inFlight, t.success, pgx.Identifier{t.doneAt}.Sanitize())
+	var next int64
+	for _, part := range []struct {
+		kind string
+		rows int
+	}{
+		{kindTerminal, cfg.TerminalRows},
+		{kindDeferred, cfg.DeferredRows},
+		{kindExpired, cfg.ExpiredLeases},
+		{kindDue, cfg.Messages},
+	} {
+		// Chunks of 250k rows keep each statement's memory and WAL modest.
+		for done := 0; done < part.rows; {
+			n := min(part.rows-done, 250_000)
+			if _, err := pool.Exec(ctx, stmt, next, n, part.kind, cfg.PayloadBytes); err != nil {
+				return fmt.Errorf("bench: fill %s rows: %w", part.kind, err)
+			}
+			done += n
+			next += int64(n)
+		}
+	}
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{t.name}.Sanitize()); err != nil {
+		return fmt.Errorf("bench: vacuum: %w", err)
+	}
+	return nil
+}
+
+// truncate empties t for the next run.
+func truncate(ctx context.Context, pool *pgxpool.Pool, t table) error {
+	_, err := pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{t.name}.Sanitize())
+	return err
+}
+
+// verification is what verifySQL found.
+type verification struct {
+	expected, succeeded, claims, otherChanged int64
+}
+
+func verify(ctx context.Context, pool *pgxpool.Pool, t table) (verification, error) {
+	var v verification
+	stmt := fmt.Sprintf(verifySQL, pgx.Identifier{t.name}.Sanitize(), t.success)
+	err := pool.QueryRow(ctx, stmt).Scan(&v.expected, &v.succeeded, &v.claims, &v.otherChanged)
+	return v, err
+}
+
+// problem returns why v fails a drain that should have finished want rows,
+// or "" when it passes.
+func (v verification) problem(want int64) string {
+	switch {
+	case v.expected != want:
+		return fmt.Sprintf("%d rows to drain, want %d", v.expected, want)
+	case v.succeeded != want:
+		return fmt.Sprintf("%d of %d rows completed", v.succeeded, want)
+	case v.claims != want:
+		return fmt.Sprintf("%d claims for %d rows: some row was claimed more than once", v.claims, want)
+	case v.otherChanged != 0:
+		return fmt.Sprintf("%d deferred or terminal rows changed", v.otherChanged)
+	}
+	return ""
+}
+
+// tableStats returns t's autovacuum count and dead tuple estimate.
+func tableStats(ctx context.Context, pool *pgxpool.Pool, t table) (autovacuums, deadTuples int64, err error) {
+	h, err := gen.New().DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.name})
+	return h.AutovacuumCount, h.DeadTuples, err
+}

@@ -1,0 +1,309 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// drainAPI drains the table through the leasing API with cfg.Workers
+// workers, each on a pool of one connection, while a sampler measures the
+// claim plan every cfg.SampleEvery messages on a connection of its own.
+func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool, t table, clean int64, progress *progress) (Drain, *Steady, error) {
+	want := int64(cfg.Messages + cfg.ExpiredLeases)
+	stores := make([]*leasing.Postgres, cfg.Workers+1) // the last one samples
+	for i := range stores {
+		pc, err := pgxpool.ParseConfig(dbURL)
+		if err != nil {
+			return Drain{}, nil, err
+		}
+		pc.MinConns, pc.MaxConns = 1, 1
+		if !cfg.PlainPgx {
+			pc.AfterConnect = leasing.RegisterTypes
+		}
+		wp, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return Drain{}, nil, err
+		}
+		defer wp.Close()
+		if err := wp.Ping(ctx); err != nil {
+			return Drain{}, nil, err
+		}
+		if stores[i], err = leasing.NewPostgres(wp, cfg.Queue, leasing.PostgresOptions{}); err != nil {
+			return Drain{}, nil, err
+		}
+	}
+	av0, _, err := tableStats(ctx, pool, t)
+	if err != nil {
+		return Drain{}, nil, err
+	}
+
+	var (
+		drained, claimed atomic.Int64
+		failed           atomic.Bool
+		wg               sync.WaitGroup
+		gate             sync.RWMutex // workers read-lock each loop; the sampler write-locks to quiesce
+		workers          = make([]workerStats, cfg.Workers)
+		sampleTick       = make(chan struct{}, 1)
+		samplerDone      = make(chan []Sample, 1)
+		runCtx, cancel   = context.WithCancelCause(ctx)
+	)
+	defer cancel(nil)
+	go func() {
+		samplerDone <- sample(runCtx, stores[cfg.Workers], pool, t, cfg.ExplainBatch, &drained, sampleTick, &gate)
+	}()
+	vacuumDone := make(chan vacuumStats, 1)
+	go func() { vacuumDone <- vacuumLoop(runCtx, pool, t, cfg.VacuumEvery, &drained) }()
+	stopProgress := progress.drain("leasing", want, &drained)
+
+	start := time.Now()
+	for w := range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := work(runCtx, cfg, stores[w], want, &claimed, &drained, &workers[w], sampleTick, &gate)
+			if err != nil {
+				failed.Store(true)
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+	cancel(nil)
+	samples := <-samplerDone
+	vac := <-vacuumDone
+	if vac.err != nil {
+		return Drain{}, nil, vac.err
+	}
+	if failed.Load() {
+		return Drain{}, nil, context.Cause(runCtx)
+	}
+	if err := ctx.Err(); err != nil {
+		return Drain{}, nil, err
+	}
+
+	d := Drain{
+		Method: "leasing", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds(),
+		Vacuums: vac.runs, VacuumSeconds: vac.seconds,
+	}
+	var claimLat, completeLat []time.Duration
+	seen := make(map[uuid.UUID]struct{}, want)
+	var applied, dup int64
+	for _, w := range workers {
+		d.Claims += w.claims
+		d.EmptyClaims += w.emptyClaims
+		claimLat = append(claimLat, w.claimLat...)
+		completeLat = append(completeLat, w.completeLat...)
+		applied += w.applied
+		for _, id := range w.ids {
+			if _, ok := seen[id]; ok {
+				dup++
+			}
+			seen[id] = struct{}{}
+		}
+	}
+	d.ClaimP50Ms, d.ClaimP99Ms = percentileMs(claimLat, 0.50), percentileMs(claimLat, 0.99)
+	d.CompleteP50Ms, d.CompleteP99Ms = percentileMs(completeLat, 0.50), percentileMs(completeLat, 0.99)
+	if err := finish(ctx, &d, pool, t, want, av0); err != nil {
+		return Drain{}, nil, err
+	}
+	switch {
+	case d.Problem != "":
+	case dup > 0:
+		d.Verified, d.Problem = false, fmt.Sprintf("%d messages leased twice", dup)
+	case applied != want:
+		d.Verified, d.Problem = false, fmt.Sprintf("%d completions applied, want %d", applied, want)
+	}
+	return d, steadyOf(samples, clean, cfg.ExplainBatch), nil
+}
+
+// workerStats is one worker's tally; only its worker writes it.
+type workerStats struct {
+	claims, emptyClaims   int
+	applied               int64
+	ids                   []uuid.UUID
+	claimLat, completeLat []time.Duration
+}
+
+// work claims and completes batches until want messages were claimed in
+// all. An empty claim while messages remain (they are locked by another
+// claim, or by the sampler's rolled-back one) is retried after 1 ms.
+func work(ctx context.Context, cfg Config, store *leasing.Postgres, want int64, claimed, drained *atomic.Int64, st *workerStats, sampleTick chan<- struct{}, gate *sync.RWMutex) error {
+	owner := leasing.NewOwner("bench")
+	req := leasing.ClaimRequest{Owner: owner, BatchSize: cfg.BatchSize, LeaseFor: cfg.LeaseFor}
+	for claimed.Load() < want {
+		n, err := loop(ctx, store, req, claimed, st, gate)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			st.emptyClaims++
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		before := drained.Add(int64(n)) - int64(n)
+		if cfg.SampleEvery > 0 && (before+int64(n))/int64(cfg.SampleEvery) > before/int64(cfg.SampleEvery) {
+			select {
+			case sampleTick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// loop claims one batch and completes it, under a read lock of gate, and
+// returns the number of messages it completed.
+func loop(ctx context.Context, store *leasing.Postgres, req leasing.ClaimRequest, claimed *atomic.Int64, st *workerStats, gate *sync.RWMutex) (int, error) {
+	gate.RLock()
+	defer gate.RUnlock()
+	t0 := time.Now()
+	leases, err := store.Claim(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	t1 := time.Now()
+	st.claims++
+	st.claimLat = append(st.claimLat, t1.Sub(t0))
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	claimed.Add(int64(len(leases)))
+	res, err := store.Complete(ctx, leases...)
+	if err != nil {
+		return 0, err
+	}
+	st.completeLat = append(st.completeLat, time.Since(t1))
+	st.applied += int64(res.Count(leasing.OutcomeApplied))
+	for _, l := range leases {
+		st.ids = append(st.ids, l.Message.ID)
+	}
+	return len(leases), nil
+}
+
+// sample measures a claim plan each time tick fires until ctx ends.
+func sample(ctx context.Context, store *leasing.Postgres, pool *pgxpool.Pool, t table, batch int, drained *atomic.Int64, tick <-chan struct{}, gate *sync.RWMutex) []Sample {
+	var out []Sample
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick:
+		}
+		at := drained.Load()
+		live, err := store.ExplainClaim(ctx, batch)
+		if err != nil {
+			continue // the drain ending cancels ctx mid-explain
+		}
+		gate.Lock()
+		quiet, err := store.ExplainClaim(ctx, batch)
+		gate.Unlock()
+		if err != nil {
+			continue
+		}
+		av, dead, _ := tableStats(ctx, pool, t)
+		out = append(out, Sample{
+			Drained: at, Rows: quiet.Rows, Buffers: quiet.Buffers, Ms: ms(quiet.Duration),
+			LiveRows: live.Rows, LiveBuffers: live.Buffers, LiveMs: ms(live.Duration),
+			DeadTuples: dead, Autovacuums: av,
+		})
+	}
+}
+
+type vacuumStats struct {
+	runs    int
+	seconds float64
+	err     error
+}
+
+// vacuumLoop runs VACUUM on t each time every more messages were drained,
+// until ctx ends; every <= 0 runs nothing.
+func vacuumLoop(ctx context.Context, pool *pgxpool.Pool, t table, every int, drained *atomic.Int64) vacuumStats {
+	var st vacuumStats
+	if every <= 0 {
+		return st
+	}
+	stmt := "VACUUM (INDEX_CLEANUP ON) " + pgx.Identifier{t.name}.Sanitize()
+	last := int64(0)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return st
+		case <-tick.C:
+		}
+		if n := drained.Load(); n-last >= int64(every) {
+			last = n
+			start := time.Now()
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				if ctx.Err() == nil {
+					st.err = fmt.Errorf("bench: vacuum: %w", err)
+				}
+				return st
+			}
+			st.runs++
+			st.seconds += time.Since(start).Seconds()
+		}
+	}
+}
+
+func steadyOf(samples []Sample, clean int64, batch int) *Steady {
+	if len(samples) == 0 {
+		return nil
+	}
+	s := &Steady{Samples: samples, CleanBuffers: clean}
+	var quiet, live []int64
+	for _, x := range samples {
+		if x.Rows == batch {
+			quiet = append(quiet, x.Buffers)
+		}
+		if x.LiveRows == batch {
+			live = append(live, x.LiveBuffers)
+		}
+	}
+	s.P50Buffers, s.MaxBuffers, s.MaxRatio = spread(quiet, clean)
+	s.LiveP50Buffers, s.LiveMaxBuffers, s.LiveMaxRatio = spread(live, clean)
+	return s
+}
+
+// spread returns the median and maximum of v and the maximum over clean.
+func spread(v []int64, clean int64) (p50, maxV int64, ratio float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(v)
+	p50, maxV = v[len(v)/2], v[len(v)-1]
+	if clean > 0 {
+		ratio = float64(maxV) / float64(clean)
+	}
+	return p50, maxV, ratio
+}
+
+// finish verifies the table after a drain and records the autovacuum runs
+// since av0.
+func finish(ctx context.Context, d *Drain, pool *pgxpool.Pool, t table, want, av0 int64) error {
+	v, err := verify(ctx, pool, t)
+	if err != nil {
+		return fmt.Errorf("bench: verify: %w", err)
+	}
+	d.Problem = v.problem(want)
+	d.Verified = d.Problem == ""
+	av, _, err := tableStats(ctx, pool, t)
+	if err != nil {
+		return err
+	}
+	d.Autovacuums = av - av0
+	return nil
+}

@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Main runs the bench command line args (flags only, without the command
+// name) against the server of adminURL and returns the exit status: 0 when
+// every drain verified, 1 when one failed verification or the run failed,
+// 2 for bad flags. The progress line goes to stderr when it is a terminal.
+func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io.Writer) int {
+	cfg, err := ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	cfg.AdminURL = adminURL
+	if f, ok := stderr.(*os.File); ok && IsTerminal(f) && !cfg.JSON {
+		cfg.Progress = stderr
+	}
+	res, err := Run(ctx, cfg, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	for _, d := range []*Drain{res.API, res.Raw} {
+		if d != nil && !d.Verified {
+			fmt.Fprintf(stderr, "bench: %s drain failed verification: %s\n", d.Method, d.Problem)
+			return 1
+		}
+	}
+	return 0
+}
+
+// ParseFlags parses the bench flags into a Config (AdminURL left empty).
+// Usage and errors go to stderr.
+//
+// Errors: flag.ErrHelp for -h; the flag package's error for bad flags.
+func ParseFlags(args []string, stderr io.Writer) (Config, error) {
+	var cfg Config
+	var queue string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&queue, "queue", "inbox", "queue to measure: inbox or outbox")
+	fs.IntVar(&cfg.Messages, "messages", 200_000, "due pending messages to drain")
+	fs.IntVar(&cfg.TerminalRows, "terminal", 0, "finished rows in the table, older than the rest")
+	fs.IntVar(&cfg.DeferredRows, "deferred", 0, "rows at the FIFO head that are not due for a day")
+	fs.IntVar(&cfg.ExpiredLeases, "expired", 0, "in-flight rows whose lease has expired (drained too)")
+	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", 64, "payload size of each message in bytes")
+	fs.IntVar(&cfg.Workers, "workers", 4, "draining workers, one connection each")
+	fs.IntVar(&cfg.BatchSize, "batch", 100, "claim batch size (1 for one message per claim)")
+	fs.DurationVar(&cfg.LeaseFor, "lease", 0, "lease duration of each claim (default 5m)")
+	fs.IntVar(&cfg.ExplainBatch, "explain-batch", 10, "batch size of the claims whose plan cost is measured")
+	fs.IntVar(&cfg.SampleEvery, "sample-every", 5_000, "messages between claim-cost samples during the drain; -1 for none")
+	fs.IntVar(&cfg.VacuumEvery, "vacuum-every", 0, "run VACUUM on the table every N drained messages (experiment; 0 for none)")
+	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
+	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
+	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")
+	fs.StringVar(&cfg.Pgbench, "pgbench", "", "pgbench binary (default: PATH, else /usr/lib/postgresql/*/bin)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark database instead of dropping it")
+	fs.BoolVar(&cfg.JSON, "json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: bench [flags]\n\n"+
+			"Creates a database, fills it, drains it through the leasing API and with pgbench,\n"+
+			"and reports messages/s, claim and complete latency and claim cost.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return Config{}, errors.New("bench: unexpected arguments")
+	}
+	q, err := leasing.ParseQueue(queue)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return Config{}, err
+	}
+	cfg.Queue = q
+	if err := cfg.withDefaults().validateFlags(); err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// validateFlags is validate without the database URL, which Main sets.
+func (cfg Config) validateFlags() error {
+	cfg.AdminURL = "-"
+	return cfg.validate()
+}

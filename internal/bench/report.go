@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// writeText writes res as a report for people.
+func writeText(w io.Writer, res Result, dbURL string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "queue %s: %d due, %d terminal, %d deferred, %d expired leases; filled in %.1f s\n",
+		res.Queue, res.Messages, res.TerminalRows, res.DeferredRows, res.ExpiredLeases, res.FillSeconds)
+	c := res.Clean
+	fmt.Fprintf(&b, "claim of %d on the filled table: %d buffers, %.3f ms, %d rows", res.ExplainBatch, c.Buffers, c.Ms, c.Rows)
+	fmt.Fprintf(&b, "; seq scan %t, sort over eligible rows %t, temp blocks %d, JIT %t\n", c.SeqScan, c.SortOverEligible, c.TempBlocks, c.JIT)
+	for _, n := range c.Plan {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
+	g := res.CleanGeneric
+	fmt.Fprintf(&b, "generic plan of the same claim: %d buffers, %.3f ms; seq scan %t, sort over eligible rows %t\n", g.Buffers, g.Ms, g.SeqScan, g.SortOverEligible)
+	for _, d := range []*Drain{res.API, res.Raw} {
+		if d == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d autovacuums",
+			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Autovacuums)
+		if d.Method == "leasing" {
+			fmt.Fprintf(&b, "\n         claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
+		} else {
+			fmt.Fprintf(&b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
+		}
+		if d.Vacuums > 0 {
+			fmt.Fprintf(&b, "; %d VACUUMs took %.2f s", d.Vacuums, d.VacuumSeconds)
+		}
+		if d.Verified {
+			fmt.Fprintf(&b, "; verified: every message completed exactly once\n")
+		} else {
+			fmt.Fprintf(&b, "; VERIFICATION FAILED: %s\n", d.Problem)
+		}
+	}
+	if res.APIVsRaw > 0 {
+		fmt.Fprintf(&b, "leasing / pgbench: %.2f\n", res.APIVsRaw)
+	}
+	if res.RawSkipped != "" {
+		fmt.Fprintf(&b, "pgbench baseline skipped: %s\n", res.RawSkipped)
+	}
+	if s := res.Steady; s != nil {
+		fmt.Fprintf(&b, "claim of %d during the drain, %d samples: workers held, buffers p50 %d max %d (%.1fx clean %d); live, buffers p50 %d max %d (%.1fx)\n",
+			res.ExplainBatch, len(s.Samples), s.P50Buffers, s.MaxBuffers, s.MaxRatio, s.CleanBuffers, s.LiveP50Buffers, s.LiveMaxBuffers, s.LiveMaxRatio)
+	}
+	if res.Kept {
+		fmt.Fprintf(&b, "database kept: %s\n", dbURL)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

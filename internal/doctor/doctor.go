@@ -1,0 +1,523 @@
+// Package doctor checks the health of the leasestore queues on a database:
+// the indexes a claim needs, the plan and cost of a real claim (run under
+// EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
+// autovacuum, and sessions that hold back VACUUM. Each problem comes with
+// its reason in words; warnings are reported but leave the database healthy.
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Options tunes the checks. Zero fields take their defaults.
+type Options struct {
+	// Queues are the queues to check. Defaults to inbox and outbox.
+	Queues []leasing.Queue
+	// BatchSize is the batch size of the claim whose plan is measured.
+	// Defaults to 10.
+	BatchSize int
+	// MaxClaimBuffers is the most shared buffers (8 KiB pages) that claim
+	// may touch before it is a problem. A healthy claim of 10 touches about
+	// 120, whatever the backlog. Defaults to 100 × BatchSize.
+	MaxClaimBuffers int64
+	// MaxOldestDue is the longest a due message may wait before it is a
+	// problem. Defaults to 15 minutes.
+	MaxOldestDue time.Duration
+	// MaxDeadTuples is the most dead row versions a queue table may hold
+	// before it is a problem (the shipped settings start autovacuum at
+	// 5,000). Defaults to 100,000.
+	MaxDeadTuples int64
+	// MaxXactAge is the longest a transaction may hold back VACUUM before
+	// it is a problem. Defaults to 5 minutes.
+	MaxXactAge time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if len(o.Queues) == 0 {
+		o.Queues = []leasing.Queue{leasing.Inbox, leasing.Outbox}
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 10
+	}
+	if o.MaxClaimBuffers == 0 {
+		o.MaxClaimBuffers = 100 * int64(o.BatchSize)
+	}
+	if o.MaxOldestDue == 0 {
+		o.MaxOldestDue = 15 * time.Minute
+	}
+	if o.MaxDeadTuples == 0 {
+		o.MaxDeadTuples = 100_000
+	}
+	if o.MaxXactAge == 0 {
+		o.MaxXactAge = 5 * time.Minute
+	}
+	return o
+}
+
+// Report is the outcome of Check. Times are UTC; ages are in seconds.
+type Report struct {
+	// OK is true when no queue and no server check found a problem.
+	OK bool `json:"ok"`
+	// Queues holds one entry per checked queue, in Options order.
+	Queues []QueueReport `json:"queues"`
+	// OldestXactSeconds is the age of the oldest transaction (or session
+	// snapshot) in this database that holds back VACUUM; 0 when none.
+	OldestXactSeconds float64 `json:"oldest_xact_seconds"`
+	// OldestXactPID, OldestXactState and OldestXactApplication identify it.
+	OldestXactPID         int32  `json:"oldest_xact_pid,omitempty"`
+	OldestXactState       string `json:"oldest_xact_state,omitempty"`
+	OldestXactApplication string `json:"oldest_xact_application,omitempty"`
+	// PreparedXacts counts prepared transactions in this database;
+	// OldestPreparedSeconds is the age of the oldest.
+	PreparedXacts         int64   `json:"prepared_xacts"`
+	OldestPreparedSeconds float64 `json:"oldest_prepared_seconds"`
+	// Autovacuum is the server's autovacuum setting; AutovacuumNaptimeSeconds
+	// is how often autovacuum visits each database.
+	Autovacuum               bool    `json:"autovacuum"`
+	AutovacuumNaptimeSeconds float64 `json:"autovacuum_naptime_seconds"`
+	// Problems and Warnings are the server-wide findings, in words.
+	Problems []string `json:"problems"`
+	Warnings []string `json:"warnings"`
+}
+
+// QueueReport is what Check found for one queue.
+type QueueReport struct {
+	Queue string `json:"queue"`
+	Table string `json:"table"`
+	// Indexes lists the required indexes and their state.
+	Indexes []IndexState `json:"indexes"`
+	// ClaimPlan is the plan shape of a claim of ClaimBatch rows, one node
+	// per line (see leasing.ClaimPlan.Nodes); ClaimIndexes the indexes it
+	// scans.
+	ClaimPlan    []string `json:"claim_plan"`
+	ClaimIndexes []string `json:"claim_indexes"`
+	ClaimBatch   int      `json:"claim_batch"`
+	// ClaimRows is how many rows the claim took (then gave back).
+	ClaimRows int `json:"claim_rows"`
+	// ClaimBuffers is the shared buffers (8 KiB pages) the claim touched.
+	ClaimBuffers int64 `json:"claim_buffers"`
+	// ClaimMs is the claim's execution time in milliseconds.
+	ClaimMs float64 `json:"claim_ms"`
+	// SeqScan, SortOverEligible, TempBlocks and JIT are the plan warnings
+	// of leasing.ClaimPlan.
+	SeqScan          bool  `json:"seq_scan"`
+	SortOverEligible bool  `json:"sort_over_eligible"`
+	TempBlocks       int64 `json:"temp_blocks"`
+	JIT              bool  `json:"jit"`
+	// GenericClaimBuffers, GenericSeqScan and GenericSortOverEligible are the
+	// same for the claim's generic plan, which PostgreSQL may reuse for a
+	// prepared claim (see leasing.Postgres.ExplainClaimGeneric).
+	GenericClaimBuffers     int64 `json:"generic_claim_buffers"`
+	GenericSeqScan          bool  `json:"generic_seq_scan"`
+	GenericSortOverEligible bool  `json:"generic_sort_over_eligible"`
+	// ExpiredLeases counts in-flight rows whose lease expired and that no
+	// claim has taken over yet.
+	ExpiredLeases int64 `json:"expired_leases"`
+	// OldestDueSeconds is how long the oldest due message has existed; 0
+	// when nothing is due.
+	OldestDueSeconds float64 `json:"oldest_due_seconds"`
+	// DeadLettered counts dead-lettered rows waiting for an operator.
+	DeadLettered int64 `json:"dead_lettered"`
+	// Depth is the number of rows per status.
+	Depth map[string]int64 `json:"depth"`
+	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
+	// row versions in the table (pg_stat_user_tables).
+	DeadTuples int64 `json:"dead_tuples"`
+	LiveTuples int64 `json:"live_tuples"`
+	// LastAutovacuum and LastVacuum are when VACUUM last finished on the
+	// table; null when never since statistics were reset.
+	LastAutovacuum *time.Time `json:"last_autovacuum"`
+	LastVacuum     *time.Time `json:"last_vacuum"`
+	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
+	StorageOptions []string `json:"storage_options"`
+	// Problems and Warnings are this queue's findings, in words.
+	Problems []string `json:"problems"`
+	Warnings []string `json:"warnings"`
+}
+
+// IndexState is one required index.
+type IndexState struct {
+	Name    string `json:"name"`
+	Present bool   `json:"present"`
+	// Valid is false for an index that queries cannot use, e.g. one left by
+	// an interrupted CREATE INDEX CONCURRENTLY.
+	Valid bool `json:"valid"`
+}
+
+// tableOf returns queue q's table name.
+func tableOf(q leasing.Queue) string {
+	if q == leasing.Outbox {
+		return "outbox_messages"
+	}
+	return "inbox_messages"
+}
+
+// RequiredIndexes returns the indexes queue q's statements rely on.
+func RequiredIndexes(q leasing.Queue) []string {
+	t := tableOf(q)
+	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx"}
+	if q == leasing.Inbox {
+		idx = append(idx, "inbox_messages_idempotency_key_idx")
+	}
+	return idx
+}
+
+// maxNaptime is the longest autovacuum_naptime doctor accepts without a
+// warning.
+const maxNaptime = 10 * time.Second
+
+// smallTable is the row count below which a sequential scan or a sort in
+// the claim plan is only a warning.
+const smallTable = 10_000
+
+// shippedOptions are the storage options db/migrations sets on both tables;
+// doctor warns when one is missing.
+var shippedOptions = []string{
+	"fillfactor=80",
+	"autovacuum_vacuum_scale_factor=0.0",
+	"autovacuum_vacuum_threshold=5000",
+}
+
+// Check runs every check on pool's database and returns the report. The
+// claim it measures really runs inside a transaction that is rolled back
+// (see leasing.Postgres.ExplainClaim): it briefly locks up to BatchSize due
+// rows and leaves as many dead row versions.
+//
+// Errors: the first query that failed to run (a failed check is a problem
+// in the report, not an error).
+func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error) {
+	opts = opts.withDefaults()
+	rep := Report{Queues: []QueueReport{}, Problems: []string{}, Warnings: []string{}}
+	if opts.BatchSize < 1 || opts.BatchSize > leasing.MaxBatchSize {
+		return rep, fmt.Errorf("doctor: batch size must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
+	}
+	for _, q := range opts.Queues {
+		qr, err := checkQueue(ctx, pool, q, opts)
+		if err != nil {
+			return rep, err
+		}
+		rep.Queues = append(rep.Queues, qr)
+	}
+	if err := checkServer(ctx, pool, opts, &rep); err != nil {
+		return rep, err
+	}
+	rep.OK = len(rep.Problems) == 0
+	for _, qr := range rep.Queues {
+		rep.OK = rep.OK && len(qr.Problems) == 0
+	}
+	return rep, nil
+}
+
+func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options) (QueueReport, error) {
+	g := gen.New()
+	t := tableOf(q)
+	qr := QueueReport{
+		Queue: string(q), Table: t, Indexes: []IndexState{}, ClaimPlan: []string{}, ClaimIndexes: []string{},
+		Depth: map[string]int64{}, StorageOptions: []string{}, Problems: []string{}, Warnings: []string{},
+	}
+	problem := func(format string, args ...any) { qr.Problems = append(qr.Problems, fmt.Sprintf(format, args...)) }
+	warn := func(format string, args ...any) { qr.Warnings = append(qr.Warnings, fmt.Sprintf(format, args...)) }
+
+	health, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t})
+	if errors.Is(err, pgx.ErrNoRows) {
+		problem("table %s does not exist: run leasectl migrate up", t)
+		return qr, nil
+	}
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %s statistics: %w", t, err)
+	}
+	qr.DeadTuples, qr.LiveTuples = health.DeadTuples, health.LiveTuples
+	qr.LastAutovacuum, qr.LastVacuum = utc(health.LastAutovacuum), utc(health.LastVacuum)
+	qr.StorageOptions = health.Reloptions
+
+	indexes, err := g.DiagnosticsIndexes(ctx, pool, gen.DiagnosticsIndexesParams{TableName: t})
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %s indexes: %w", t, err)
+	}
+	for _, name := range RequiredIndexes(q) {
+		st := IndexState{Name: name}
+		for _, ix := range indexes {
+			if ix.IndexName == name {
+				st.Present, st.Valid = true, ix.Valid && ix.Ready
+			}
+		}
+		qr.Indexes = append(qr.Indexes, st)
+		switch {
+		case !st.Present:
+			problem("index %s is missing: the statements that need it read the whole table; run leasectl migrate up, or recreate it as db/migrations defines it", name)
+		case !st.Valid:
+			problem("index %s is invalid (left by an interrupted CREATE INDEX CONCURRENTLY), so queries cannot use it: run REINDEX INDEX CONCURRENTLY %s", name, name)
+		}
+	}
+
+	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+	if err != nil {
+		return qr, err
+	}
+	stats, err := store.Stats(ctx)
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %w", err)
+	}
+	var rows int64
+	for st, n := range stats.Depth {
+		qr.Depth[string(st)] = n
+		rows += n
+	}
+	qr.ExpiredLeases, qr.OldestDueSeconds = stats.ExpiredLeases, stats.OldestDueAge.Seconds()
+	qr.DeadLettered = stats.Depth[leasing.StatusDeadLettered]
+	if stats.OldestDueAge > opts.MaxOldestDue {
+		problem("the oldest due message has waited %s, more than %s: no processor drains the queue, or it cannot keep up", round(stats.OldestDueAge), opts.MaxOldestDue)
+	}
+	if qr.ExpiredLeases > 0 {
+		warn("%d leases expired and are not reclaimed yet: workers died or handlers outlive their lease; the next claim reclaims them", qr.ExpiredLeases)
+	}
+	if qr.DeadLettered > 0 {
+		warn("%d dead-lettered messages wait for an operator: fix the cause, then leasectl requeue --queue %s --all", qr.DeadLettered, q)
+	}
+
+	plan, err := store.ExplainClaim(ctx, opts.BatchSize)
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %w", err)
+	}
+	qr.ClaimPlan, qr.ClaimIndexes, qr.ClaimBatch = plan.Nodes, plan.Indexes, opts.BatchSize
+	qr.ClaimRows, qr.ClaimBuffers, qr.ClaimMs = plan.Rows, plan.Buffers, float64(plan.Duration.Microseconds())/1000
+	qr.SeqScan, qr.SortOverEligible, qr.TempBlocks, qr.JIT = plan.SeqScan, plan.SortOverEligible, plan.TempBlocks, plan.JIT
+	for _, name := range []string{t + "_ready_idx", t + "_inflight_idx"} {
+		if !slices.Contains(plan.Indexes, name) {
+			problem("the claim does not use index %s: its cost grows with the table instead of the batch", name)
+		}
+	}
+	// On a small table a sequential scan or a sort is the planner's
+	// cheapest choice, not a fault; it switches as the table grows.
+	small := rows < smallTable
+	if plan.SeqScan {
+		msg := fmt.Sprintf("the claim reads the whole table (Seq Scan): check the indexes above and run ANALYZE %s", t)
+		if small {
+			warn("%s; harmless while the table holds %d rows", msg, rows)
+		} else {
+			problem("%s", msg)
+		}
+	}
+	if plan.SortOverEligible {
+		msg := "the claim sorts every eligible row instead of reading them in index order: its cost grows with the backlog"
+		if small {
+			warn("%s; harmless while the table holds %d rows", msg, rows)
+		} else {
+			problem("%s", msg)
+		}
+	}
+	if plan.TempBlocks > 0 {
+		problem("the claim spilled %d blocks (8 KiB) to temporary files", plan.TempBlocks)
+	}
+	if plan.JIT {
+		problem("PostgreSQL compiled the claim with JIT, which costs milliseconds per claim: raise jit_above_cost or set jit = off for the queue's role or database")
+	}
+	generic, err := store.ExplainClaimGeneric(ctx, opts.BatchSize)
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %w", err)
+	}
+	qr.GenericClaimBuffers, qr.GenericSeqScan, qr.GenericSortOverEligible = generic.Buffers, generic.SeqScan, generic.SortOverEligible
+	if !small && (generic.SeqScan || generic.SortOverEligible) {
+		warn("the claim's generic plan reads the whole table or sorts every eligible row (%d buffers): PostgreSQL uses it for prepared claims under plan_cache_mode = force_generic_plan, so leave that setting off for this database", generic.Buffers)
+	}
+	if plan.Buffers > opts.MaxClaimBuffers {
+		reason := "the table or its indexes carry dead entries at the FIFO head (see dead tuples and last autovacuum), or many due rows are locked by running claims"
+		problem("a claim of %d touched %d shared buffers, more than %d: %s", opts.BatchSize, plan.Buffers, opts.MaxClaimBuffers, reason)
+	}
+
+	if qr.DeadTuples > opts.MaxDeadTuples {
+		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
+			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
+	}
+	for _, opt := range qr.StorageOptions {
+		if opt == "autovacuum_enabled=false" || opt == "autovacuum_enabled=off" {
+			problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
+		}
+	}
+	for _, want := range shippedOptions {
+		if !slices.Contains(qr.StorageOptions, want) {
+			warn("storage option %s of the shipped schema is not set on %s", want, t)
+		}
+	}
+	return qr, nil
+}
+
+func checkServer(ctx context.Context, pool *pgxpool.Pool, opts Options, rep *Report) error {
+	g := gen.New()
+	settings, err := g.DiagnosticsSettings(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("doctor: settings: %w", err)
+	}
+	set := map[string]string{}
+	for _, s := range settings {
+		set[s.Name] = s.Setting
+	}
+	rep.Autovacuum = set["autovacuum"] == "on"
+	if naptime, err := time.ParseDuration(set["autovacuum_naptime"] + "s"); err == nil {
+		rep.AutovacuumNaptimeSeconds = naptime.Seconds()
+	}
+	if !rep.Autovacuum {
+		rep.Problems = append(rep.Problems, "autovacuum is off for the whole server, so the queue tables' autovacuum settings never apply: dead entries pile up at the claim head and claims slow down with every message processed; turn autovacuum on, or VACUUM the queue tables on a schedule")
+	}
+	if set["track_counts"] == "off" {
+		rep.Problems = append(rep.Problems, "track_counts is off: autovacuum cannot tell when the queue tables need vacuuming")
+	}
+	if rep.Autovacuum && rep.AutovacuumNaptimeSeconds > maxNaptime.Seconds() {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf(
+			"autovacuum visits each database every %s: at high throughput dead entries at the claim head pile up between visits; autovacuum_naptime = %s keeps claims cheaper",
+			time.Duration(rep.AutovacuumNaptimeSeconds*float64(time.Second)), maxNaptime))
+	}
+	xacts, err := g.DiagnosticsOldestXact(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("doctor: oldest transaction: %w", err)
+	}
+	if len(xacts) > 0 {
+		x := xacts[0]
+		rep.OldestXactSeconds, rep.OldestXactPID = x.XactAge.Seconds(), x.Pid
+		rep.OldestXactState, rep.OldestXactApplication = x.State, x.ApplicationName
+		if x.XactAge > opts.MaxXactAge {
+			rep.Problems = append(rep.Problems, fmt.Sprintf(
+				"session %d (%s, application %q) has held a snapshot for %s, more than %s: VACUUM cannot remove rows that died since, so dead entries pile up at the claim head; end the transaction (or SELECT pg_terminate_backend(%d))",
+				x.Pid, x.State, x.ApplicationName, round(x.XactAge), opts.MaxXactAge, x.Pid))
+		}
+	}
+	prepared, err := g.DiagnosticsPreparedXacts(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("doctor: prepared transactions: %w", err)
+	}
+	rep.PreparedXacts, rep.OldestPreparedSeconds = prepared.Prepared, prepared.OldestAge.Seconds()
+	if prepared.Prepared > 0 && prepared.OldestAge > opts.MaxXactAge {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(
+			"%d prepared transactions, the oldest %s old: they hold back VACUUM until COMMIT PREPARED or ROLLBACK PREPARED (see pg_prepared_xacts)",
+			prepared.Prepared, round(prepared.OldestAge)))
+	}
+	slots, err := g.DiagnosticsReplicationSlots(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("doctor: replication slots: %w", err)
+	}
+	for _, s := range slots {
+		msg := fmt.Sprintf("replication slot %s holds back VACUUM by %d transactions", s.SlotName, s.XminAge)
+		if s.Active {
+			rep.Warnings = append(rep.Warnings, msg)
+		} else {
+			rep.Problems = append(rep.Problems, msg+" and is inactive: drop it with pg_drop_replication_slot if nothing will use it")
+		}
+	}
+	return nil
+}
+
+// Run runs Check and writes the report to out, as JSON when asJSON, else as
+// text. ok is Report.OK.
+//
+// Errors: those of Check, and write errors.
+func Run(ctx context.Context, pool *pgxpool.Pool, out io.Writer, asJSON bool, opts Options) (ok bool, err error) {
+	rep, err := Check(ctx, pool, opts)
+	if err != nil {
+		return false, err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return rep.OK, enc.Encode(rep)
+	}
+	return rep.OK, WriteText(out, rep)
+}
+
+// WriteText writes rep for people.
+func WriteText(w io.Writer, rep Report) error {
+	var b strings.Builder
+	for _, q := range rep.Queues {
+		status := "ok"
+		if len(q.Problems) > 0 {
+			status = fmt.Sprintf("%d problems", len(q.Problems))
+		}
+		fmt.Fprintf(&b, "%s (%s): %s\n", q.Queue, q.Table, status)
+		var idx []string
+		for _, i := range q.Indexes {
+			state := "valid"
+			switch {
+			case !i.Present:
+				state = "MISSING"
+			case !i.Valid:
+				state = "INVALID"
+			}
+			idx = append(idx, i.Name+" "+state)
+		}
+		fmt.Fprintf(&b, "  indexes: %s\n", strings.Join(idx, ", "))
+		if len(q.ClaimPlan) > 0 {
+			fmt.Fprintf(&b, "  claim of %d: %d rows, %d buffers, %.3f ms; seq scan %t, sort over eligible %t, temp blocks %d, JIT %t; generic plan %d buffers\n",
+				q.ClaimBatch, q.ClaimRows, q.ClaimBuffers, q.ClaimMs, q.SeqScan, q.SortOverEligible, q.TempBlocks, q.JIT, q.GenericClaimBuffers)
+			for _, n := range q.ClaimPlan {
+				fmt.Fprintf(&b, "    %s\n", n)
+			}
+			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, dead-lettered %d\n",
+				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.DeadLettered)
+			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s\n",
+				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum))
+		}
+		for _, p := range q.Problems {
+			fmt.Fprintf(&b, "  problem: %s\n", p)
+		}
+		for _, p := range q.Warnings {
+			fmt.Fprintf(&b, "  warning: %s\n", p)
+		}
+	}
+	if rep.OldestXactPID != 0 {
+		fmt.Fprintf(&b, "oldest snapshot holding back cleanup: %s (session %d, %s)\n",
+			round(time.Duration(rep.OldestXactSeconds*float64(time.Second))), rep.OldestXactPID, rep.OldestXactState)
+	} else {
+		fmt.Fprintf(&b, "oldest snapshot holding back cleanup: none\n")
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(&b, "problem: %s\n", p)
+	}
+	for _, p := range rep.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", p)
+	}
+	if rep.OK {
+		fmt.Fprintf(&b, "OK\n")
+	} else {
+		fmt.Fprintf(&b, "NOT OK\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// ago says how long ago t was, or "never".
+func ago(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return round(time.Since(*t)) + " ago"
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

@@ -1,0 +1,79 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Main runs the doctor command line args (flags only, without the command
+// name) on pool's database and returns the exit status: 0 when healthy, 1
+// when a check found a problem or could not run, 2 for bad flags.
+func Main(ctx context.Context, pool *pgxpool.Pool, args []string, stdout, stderr io.Writer) int {
+	asJSON, opts, err := ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	ok, err := Run(ctx, pool, stdout, asJSON, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "doctor: %v\n", err)
+		return 1
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// ParseFlags parses the doctor flags. Usage and errors go to stderr.
+//
+// Errors: flag.ErrHelp for -h; the flag package's error for bad flags.
+func ParseFlags(args []string, stderr io.Writer) (asJSON bool, opts Options, err error) {
+	var queue string
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&queue, "queue", "", "check only this queue: inbox or outbox (default both)")
+	fs.IntVar(&opts.BatchSize, "batch", 10, "batch size of the measured claim")
+	fs.Int64Var(&opts.MaxClaimBuffers, "max-claim-buffers", 0, "most shared buffers the claim may touch (default 100 x batch)")
+	fs.DurationVar(&opts.MaxOldestDue, "max-oldest-due", 15*time.Minute, "longest a due message may wait")
+	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table")
+	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: doctor [flags]\n\n"+
+			"Checks indexes, the claim's plan and cost, lease and backlog health, dead rows and\n"+
+			"autovacuum, and sessions holding back VACUUM. Exit status 1 when something is wrong.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return false, Options{}, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "doctor: unexpected argument %q\n", fs.Arg(0))
+		return false, Options{}, errors.New("doctor: unexpected arguments")
+	}
+	if queue != "" {
+		q, err := leasing.ParseQueue(queue)
+		if err != nil {
+			fmt.Fprintf(stderr, "doctor: %v\n", err)
+			return false, Options{}, err
+		}
+		opts.Queues = []leasing.Queue{q}
+	}
+	if opts.BatchSize < 1 || opts.BatchSize > leasing.MaxBatchSize {
+		err := fmt.Errorf("doctor: batch must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
+		fmt.Fprintln(stderr, err)
+		return false, Options{}, err
+	}
+	return asJSON, opts, nil
+}
