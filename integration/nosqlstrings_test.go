@@ -39,11 +39,9 @@ import (
 // sqlStringAllowlist names the functions allowed to run non-constant SQL.
 var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"integration/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
-	{"integration/dbtest/dbtest.go", "adminExec", "runs CREATE/DROP DATABASE built by createDatabase (random hex name quoted with pgx.Identifier); DDL takes no parameters"},
+	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"leasing/signal.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"leasing/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},
-	{"cmd/leasectl/demo.go", "adminExec", "runs the demo's CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
-	{"internal/bench/database.go", "adminExec", "runs the benchmark's CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"internal/bench/database.go", "fill", "benchmark fixture: table and column names from the fixed two-table list, quoted with pgx.Identifier; values are parameters; VACUUM takes no parameters"},
 	{"internal/bench/database.go", "truncate", "TRUNCATE of one of the two fixed tables, quoted with pgx.Identifier"},
 	{"internal/bench/drain.go", "vacuumLoop", "VACUUM takes no parameters; the table is one of the two fixed tables, quoted with pgx.Identifier"},

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -204,21 +203,6 @@ func schemaHint(err error) error {
 		return fmt.Errorf("%w (the schema is missing: run 'leasectl migrate up')", err)
 	}
 	return err
-}
-
-// withDatabase returns connection string u with its database set to name.
-// u is a postgres:// URL or a keyword/value string, where a later dbname
-// overrides an earlier one.
-func withDatabase(u, name string) (string, error) {
-	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
-		parsed.Path = "/" + name
-		parsed.RawPath = ""
-		return parsed.String(), nil
-	}
-	if _, err := pgx.ParseConfig(u); err != nil {
-		return "", fmt.Errorf("parse database URL: %w", err)
-	}
-	return u + " dbname=" + name, nil
 }
 
 func randomHex(n int) string {

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leasestore/leasestore/db"
+	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -160,11 +160,10 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 // createDemoDatabase creates database name through the admin connection
 // string and returns the connection string of the new database.
 func createDemoDatabase(ctx context.Context, admin, name string) (string, error) {
-	demoURL, err := withDatabase(admin, name)
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout+20*time.Second)
+	defer cancel()
+	demoURL, err := pgadmin.CreateDatabase(ctx, admin, name, "")
 	if err != nil {
-		return "", err
-	}
-	if err := adminExec(ctx, admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("create the demo database (the role needs the CREATEDB privilege): %w", err)
 	}
 	return demoURL, nil
@@ -173,22 +172,7 @@ func createDemoDatabase(ctx context.Context, admin, name string) (string, error)
 // dropDemoDatabase drops database name, closing its connections. It runs
 // on its own context so that it also cleans up after an interrupt.
 func dropDemoDatabase(admin, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-}
-
-// adminExec runs one statement on a new connection to the admin database.
-func adminExec(ctx context.Context, admin, sql string) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout+20*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
+	return pgadmin.DropDatabase(admin, name)
 }
 
 // demoInstances are the labels of the two processor instances.

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/db"
+	"github.com/leasestore/leasestore/internal/pgadmin"
 )
 
 // DefaultURL is the server used when neither TEST_DATABASE_URL nor
@@ -121,22 +122,15 @@ func NewEmptyDatabase(tb testing.TB) string {
 func createDatabase(tb testing.TB, admin, template string) string {
 	tb.Helper()
 	name := "leasestore_test_" + randomHex(8)
-	create := "CREATE DATABASE " + ident(name) + " TEMPLATE " + ident(template)
-	if err := adminExec(tb.Context(), admin, create); err != nil {
+	u, err := pgadmin.CreateDatabase(tb.Context(), admin, name, template)
+	if err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
 	}
 	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		drop := "DROP DATABASE IF EXISTS " + ident(name) + " WITH (FORCE)"
-		if err := adminExec(ctx, admin, drop); err != nil {
+		if err := pgadmin.DropDatabase(admin, name); err != nil {
 			tb.Errorf("dbtest: drop database %s: %v", name, err)
 		}
 	})
-	u, err := withDatabase(admin, name)
-	if err != nil {
-		tb.Fatalf("dbtest: %v", err)
-	}
 	return u
 }
 
@@ -191,7 +185,7 @@ func buildTemplate(ctx context.Context, conn *pgx.Conn, admin, build, name strin
 			return err
 		}
 	}
-	buildURL, err := withDatabase(admin, build)
+	buildURL, err := pgadmin.WithDatabase(admin, build)
 	if err != nil {
 		return err
 	}
@@ -238,31 +232,6 @@ func migrationHash() (string, error) {
 		return "", fmt.Errorf("hash migrations: %w", err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// adminExec runs one statement on a new connection to the admin database.
-func adminExec(ctx context.Context, admin, sql string) error {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-// withDatabase returns connection string u with its database set to name.
-// u is a postgres:// URL or a keyword/value string, where a later dbname
-// overrides an earlier one.
-func withDatabase(u, name string) (string, error) {
-	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
-		parsed.Path = "/" + name
-		return parsed.String(), nil
-	}
-	if _, err := pgx.ParseConfig(u); err != nil {
-		return "", fmt.Errorf("parse database URL: %w", err)
-	}
-	return u + " dbname=" + name, nil
 }
 
 // redact hides the password in a postgres:// URL for messages.

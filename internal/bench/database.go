@@ -5,13 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -81,41 +80,16 @@ func createDatabase(ctx context.Context, adminURL string) (name, dbURL string, e
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name = "leasestore_bench_" + hex.EncodeToString(b)
-	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	dbURL, err = pgadmin.CreateDatabase(ctx, adminURL, name, "")
+	if err != nil {
 		return "", "", fmt.Errorf("bench: create database: %w", err)
 	}
-	dbURL, err = withDatabase(adminURL, name)
-	return name, dbURL, err
+	return name, dbURL, nil
 }
 
 // dropDatabase drops database name, disconnecting any session left on it.
 func dropDatabase(adminURL, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return adminExec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-}
-
-func adminExec(ctx context.Context, adminURL, sql string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-// withDatabase returns connection string u with its database set to name;
-// u is a postgres:// URL or a keyword/value string.
-func withDatabase(u, name string) (string, error) {
-	if parsed, err := url.Parse(u); err == nil && (parsed.Scheme == "postgres" || parsed.Scheme == "postgresql") {
-		parsed.Path = "/" + name
-		return parsed.String(), nil
-	}
-	if _, err := pgx.ParseConfig(u); err != nil {
-		return "", fmt.Errorf("bench: parse database URL: %w", err)
-	}
-	return u + " dbname=" + name, nil
+	return pgadmin.DropDatabase(adminURL, name)
 }
 
 // fill loads the backlog shape of cfg into t, oldest first: terminal rows,
