@@ -66,10 +66,10 @@ REVOKE ALL ON inbox_messages, outbox_messages FROM leasestore_processor, leasest
 
 GRANT SELECT, INSERT ON inbox_messages, outbox_messages TO leasestore_processor;
 
-GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, expired_generation,
+GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
               attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at)
     ON inbox_messages TO leasestore_processor;
-GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, expired_generation,
+GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
               attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at)
     ON outbox_messages TO leasestore_processor;
 

@@ -44,14 +44,11 @@ WITH ready AS (
         lease_owner       = $4::text,
         lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $5::interval,
         lease_generation  = m.lease_generation + 1,
-        -- A claim of an in-flight row reclaims an expired lease.
-        expired_generation = CASE WHEN m.status = 'processing' THEN m.lease_generation
-                                  ELSE m.expired_generation END,
         attempt_count     = m.attempt_count + 1,
         last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
     FROM picked
     WHERE m.message_id = picked.message_id
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.expired_generation, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
@@ -143,7 +140,7 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -253,11 +250,11 @@ func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]InboxCount
 
 const inboxDeadLetter = `-- name: InboxDeadLetter :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
-           unnest($3::bigint[]) AS lease_generation,
-           unnest($4::text[]) AS last_error
+    SELECT unnest($1::uuid[]) AS message_id,
+           unnest($2::bigint[]) AS lease_generation,
+           unnest($3::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -265,14 +262,16 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'dead_lettered',
-        dead_lettered_at = coalesce($5::timestamptz, statement_timestamp()),
+        dead_lettered_at = coalesce($4::timestamptz, statement_timestamp()),
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'dead_lettered'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
       AND m.status = 'processing'
-      AND m.lease_owner = $1::text
+      AND m.lease_owner = $5::text
       AND m.lease_generation = i.lease_generation
     RETURNING m.message_id
 )
@@ -280,10 +279,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'dead_lettered' AND l.lease_owner = $1::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered' THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -293,11 +289,11 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxDeadLetterParams struct {
-	LeaseOwner       string
 	MessageIds       []uuid.UUID
 	LeaseGenerations []int64
 	LastErrors       []string
 	Now              *time.Time
+	LeaseOwner       string
 }
 
 type InboxDeadLetterRow struct {
@@ -308,14 +304,14 @@ type InboxDeadLetterRow struct {
 // InboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
 // for each (message_id, lease_generation, last_error) still leased to
 // lease_owner. Outcomes as for InboxComplete; already_applied when this lease
-// had already dead-lettered it.
+// had already dead-lettered it (outcome_generation and outcome record that).
 func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLetterParams) ([]InboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, inboxDeadLetter,
-		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.LastErrors,
 		arg.Now,
+		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -415,12 +411,12 @@ type InboxEnqueueCopyParams struct {
 
 const inboxFail = `-- name: InboxFail :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
-           unnest($3::bigint[]) AS lease_generation,
-           unnest($4::interval[]) AS retry_delay,
-           unnest($5::text[]) AS last_error
+    SELECT unnest($1::uuid[]) AS message_id,
+           unnest($2::bigint[]) AS lease_generation,
+           unnest($3::interval[]) AS retry_delay,
+           unnest($4::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -428,14 +424,16 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'failed',
-        visible_after    = coalesce($6::timestamptz, statement_timestamp()) + i.retry_delay,
+        visible_after    = coalesce($5::timestamptz, statement_timestamp()) + i.retry_delay,
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'failed'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
       AND m.status = 'processing'
-      AND m.lease_owner = $1::text
+      AND m.lease_owner = $6::text
       AND m.lease_generation = i.lease_generation
     RETURNING m.message_id
 )
@@ -443,10 +441,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'failed' AND l.lease_owner = $1::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'failed' THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -456,12 +451,12 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxFailParams struct {
-	LeaseOwner       string
 	MessageIds       []uuid.UUID
 	LeaseGenerations []int64
 	RetryDelays      []time.Duration
 	LastErrors       []string
 	Now              *time.Time
+	LeaseOwner       string
 }
 
 type InboxFailRow struct {
@@ -475,12 +470,12 @@ type InboxFailRow struct {
 // lease had already failed it.
 func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) ([]InboxFailRow, error) {
 	rows, err := db.Query(ctx, inboxFail,
-		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.RetryDelays,
 		arg.LastErrors,
 		arg.Now,
+		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -504,7 +499,7 @@ const inboxGet = `-- name: InboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE message_id = $1::uuid
@@ -528,7 +523,8 @@ type InboxGetRow struct {
 	LeaseOwner        *string
 	LeaseExpiresAt    *time.Time
 	LeaseGeneration   int64
-	ExpiredGeneration int64
+	OutcomeGeneration int64
+	Outcome           *string
 	AttemptCount      int32
 	LastAttemptedAt   *time.Time
 	LastError         *string
@@ -555,7 +551,8 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.LeaseOwner,
 		&i.LeaseExpiresAt,
 		&i.LeaseGeneration,
-		&i.ExpiredGeneration,
+		&i.OutcomeGeneration,
+		&i.Outcome,
 		&i.AttemptCount,
 		&i.LastAttemptedAt,
 		&i.LastError,
@@ -607,7 +604,7 @@ const inboxList = `-- name: InboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at
 FROM inbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
@@ -635,7 +632,8 @@ type InboxListRow struct {
 	LeaseOwner        *string
 	LeaseExpiresAt    *time.Time
 	LeaseGeneration   int64
-	ExpiredGeneration int64
+	OutcomeGeneration int64
+	Outcome           *string
 	AttemptCount      int32
 	LastAttemptedAt   *time.Time
 	LastError         *string
@@ -669,7 +667,8 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.LeaseOwner,
 			&i.LeaseExpiresAt,
 			&i.LeaseGeneration,
-			&i.ExpiredGeneration,
+			&i.OutcomeGeneration,
+			&i.Outcome,
 			&i.AttemptCount,
 			&i.LastAttemptedAt,
 			&i.LastError,
@@ -729,7 +728,7 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -740,7 +739,9 @@ WITH input AS (
         visible_after    = coalesce($3::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
@@ -753,10 +754,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'pending' AND l.lease_owner IS NULL
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'released' THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -781,8 +779,8 @@ type InboxReleaseRow struct {
 // still leased to lease_owner: the row becomes pending and due at once, its
 // lease_owner and lease_expires_at are cleared and the attempt it counted is
 // returned (attempt_count - 1). lease_generation stays, so the released lease
-// is fenced. Outcomes as for InboxComplete; already_applied when the row is
-// not in flight and still carries this generation.
+// is fenced. Outcomes as for InboxComplete; already_applied when this lease
+// had already released it (outcome_generation and outcome record that).
 func (q *Queries) InboxRelease(ctx context.Context, db DBTX, arg InboxReleaseParams) ([]InboxReleaseRow, error) {
 	rows, err := db.Query(ctx, inboxRelease,
 		arg.MessageIds,
@@ -823,7 +821,9 @@ WITH orphans AS (
         visible_after    = coalesce($3::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id

@@ -28,8 +28,10 @@ type InboxMessage struct {
 	LeaseExpiresAt *time.Time
 	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
-	// The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.
-	ExpiredGeneration int64
+	// The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.
+	OutcomeGeneration int64
+	// What the holder of outcome_generation wrote: released, failed or dead_lettered.
+	Outcome *string
 	// Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.
 	AttemptCount    int32
 	LastAttemptedAt *time.Time
@@ -56,8 +58,10 @@ type OutboxMessage struct {
 	LeaseExpiresAt *time.Time
 	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
-	// The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.
-	ExpiredGeneration int64
+	// The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.
+	OutcomeGeneration int64
+	// What the holder of outcome_generation wrote: released, failed or dead_lettered.
+	Outcome *string
 	// Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.
 	AttemptCount    int32
 	LastAttemptedAt *time.Time

@@ -44,14 +44,11 @@ WITH ready AS (
         lease_owner       = $4::text,
         lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $5::interval,
         lease_generation  = m.lease_generation + 1,
-        -- A claim of an in-flight row reclaims an expired lease.
-        expired_generation = CASE WHEN m.status = 'publishing' THEN m.lease_generation
-                                  ELSE m.expired_generation END,
         attempt_count     = m.attempt_count + 1,
         last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
     FROM picked
     WHERE m.message_id = picked.message_id
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.expired_generation, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
@@ -171,11 +168,11 @@ func (q *Queries) OutboxCountByStatus(ctx context.Context, db DBTX) ([]OutboxCou
 
 const outboxDeadLetter = `-- name: OutboxDeadLetter :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
-           unnest($3::bigint[]) AS lease_generation,
-           unnest($4::text[]) AS last_error
+    SELECT unnest($1::uuid[]) AS message_id,
+           unnest($2::bigint[]) AS lease_generation,
+           unnest($3::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -183,14 +180,16 @@ WITH input AS (
 ), applied AS (
     UPDATE outbox_messages AS m
     SET status           = 'dead_lettered',
-        dead_lettered_at = coalesce($5::timestamptz, statement_timestamp()),
+        dead_lettered_at = coalesce($4::timestamptz, statement_timestamp()),
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'dead_lettered'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
       AND m.status = 'publishing'
-      AND m.lease_owner = $1::text
+      AND m.lease_owner = $5::text
       AND m.lease_generation = i.lease_generation
     RETURNING m.message_id
 )
@@ -198,10 +197,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'dead_lettered' AND l.lease_owner = $1::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -211,11 +207,11 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type OutboxDeadLetterParams struct {
-	LeaseOwner       string
 	MessageIds       []uuid.UUID
 	LeaseGenerations []int64
 	LastErrors       []string
 	Now              *time.Time
+	LeaseOwner       string
 }
 
 type OutboxDeadLetterRow struct {
@@ -229,11 +225,11 @@ type OutboxDeadLetterRow struct {
 // had already dead-lettered it.
 func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadLetterParams) ([]OutboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, outboxDeadLetter,
-		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.LastErrors,
 		arg.Now,
+		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -332,12 +328,12 @@ type OutboxEnqueueCopyParams struct {
 
 const outboxFail = `-- name: OutboxFail :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
-           unnest($3::bigint[]) AS lease_generation,
-           unnest($4::interval[]) AS retry_delay,
-           unnest($5::text[]) AS last_error
+    SELECT unnest($1::uuid[]) AS message_id,
+           unnest($2::bigint[]) AS lease_generation,
+           unnest($3::interval[]) AS retry_delay,
+           unnest($4::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -345,14 +341,16 @@ WITH input AS (
 ), applied AS (
     UPDATE outbox_messages AS m
     SET status           = 'failed',
-        visible_after    = coalesce($6::timestamptz, statement_timestamp()) + i.retry_delay,
+        visible_after    = coalesce($5::timestamptz, statement_timestamp()) + i.retry_delay,
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'failed'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
       AND m.status = 'publishing'
-      AND m.lease_owner = $1::text
+      AND m.lease_owner = $6::text
       AND m.lease_generation = i.lease_generation
     RETURNING m.message_id
 )
@@ -360,10 +358,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'failed' AND l.lease_owner = $1::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'failed' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -373,12 +368,12 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type OutboxFailParams struct {
-	LeaseOwner       string
 	MessageIds       []uuid.UUID
 	LeaseGenerations []int64
 	RetryDelays      []time.Duration
 	LastErrors       []string
 	Now              *time.Time
+	LeaseOwner       string
 }
 
 type OutboxFailRow struct {
@@ -392,12 +387,12 @@ type OutboxFailRow struct {
 // lease had already failed it.
 func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams) ([]OutboxFailRow, error) {
 	rows, err := db.Query(ctx, outboxFail,
-		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.RetryDelays,
 		arg.LastErrors,
 		arg.Now,
+		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -421,7 +416,7 @@ const outboxGet = `-- name: OutboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE message_id = $1::uuid
@@ -445,7 +440,8 @@ type OutboxGetRow struct {
 	LeaseOwner        *string
 	LeaseExpiresAt    *time.Time
 	LeaseGeneration   int64
-	ExpiredGeneration int64
+	OutcomeGeneration int64
+	Outcome           *string
 	AttemptCount      int32
 	LastAttemptedAt   *time.Time
 	LastError         *string
@@ -472,7 +468,8 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 		&i.LeaseOwner,
 		&i.LeaseExpiresAt,
 		&i.LeaseGeneration,
-		&i.ExpiredGeneration,
+		&i.OutcomeGeneration,
+		&i.Outcome,
 		&i.AttemptCount,
 		&i.LastAttemptedAt,
 		&i.LastError,
@@ -524,7 +521,7 @@ const outboxList = `-- name: OutboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
@@ -552,7 +549,8 @@ type OutboxListRow struct {
 	LeaseOwner        *string
 	LeaseExpiresAt    *time.Time
 	LeaseGeneration   int64
-	ExpiredGeneration int64
+	OutcomeGeneration int64
+	Outcome           *string
 	AttemptCount      int32
 	LastAttemptedAt   *time.Time
 	LastError         *string
@@ -586,7 +584,8 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 			&i.LeaseOwner,
 			&i.LeaseExpiresAt,
 			&i.LeaseGeneration,
-			&i.ExpiredGeneration,
+			&i.OutcomeGeneration,
+			&i.Outcome,
 			&i.AttemptCount,
 			&i.LastAttemptedAt,
 			&i.LastError,
@@ -611,7 +610,7 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -728,7 +727,7 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -739,7 +738,9 @@ WITH input AS (
         visible_after    = coalesce($3::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
@@ -752,10 +753,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'pending' AND l.lease_owner IS NULL
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'released' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -780,8 +778,8 @@ type OutboxReleaseRow struct {
 // still leased to lease_owner: the row becomes pending and due at once, its
 // lease_owner and lease_expires_at are cleared and the attempt it counted is
 // returned (attempt_count - 1). lease_generation stays, so the released lease
-// is fenced. Outcomes as for OutboxPublish; already_applied when the row is
-// not in flight and still carries this generation.
+// is fenced. Outcomes as for OutboxPublish; already_applied when this lease
+// had already released it (outcome_generation and outcome record that).
 func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) ([]OutboxReleaseRow, error) {
 	rows, err := db.Query(ctx, outboxRelease,
 		arg.MessageIds,
@@ -822,7 +820,9 @@ WITH orphans AS (
         visible_after    = coalesce($3::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id

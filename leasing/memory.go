@@ -182,9 +182,6 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	for _, r := range due[:min(len(due), req.BatchSize)] {
 		expires := now.Add(leaseFor)
 		attempted := now
-		if r.Status == m.queue.InFlight() {
-			r.ExpiredGeneration = r.LeaseGeneration // reclaiming an expired lease
-		}
 		r.Status, r.LeaseOwner, r.LeaseExpiresAt = m.queue.InFlight(), req.Owner, &expires
 		r.LeaseGeneration++
 		r.AttemptCount++
@@ -229,12 +226,10 @@ func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Le
 }
 
 // write applies set to every row still held by its lease and classifies
-// the rest like the SQL statements do: already applied when the row is in
-// target state written by this very lease (done reports that) or, for
-// writes after which a row can be claimed again (movable), when the row
-// moved on from the lease's generation without that generation expiring;
-// then terminal, lost, or not found.
-func (m *Memory) write(leases []Lease, movable bool, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
+// the rest like the SQL statements do: already applied when this very lease
+// already wrote this state (done reports that), then terminal, lost, or not
+// found. outcome, when not empty, is recorded with the lease's generation.
+func (m *Memory) write(leases []Lease, outcome string, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock()
@@ -245,12 +240,13 @@ func (m *Memory) write(leases []Lease, movable bool, done func(*Row, Lease) bool
 		switch {
 		case m.holds(r, l):
 			set(r, i, now)
+			if outcome != "" {
+				r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, outcome
+			}
 			o = OutcomeApplied
 		case r == nil:
 			o = OutcomeNotFound
 		case done(r, l):
-			o = OutcomeAlreadyApplied
-		case movable && r.LeaseGeneration > l.Generation && r.ExpiredGeneration < l.Generation:
 			o = OutcomeAlreadyApplied
 		case r.Status.Terminal():
 			o = OutcomeTerminal
@@ -269,6 +265,13 @@ func wroteAs(s Status) func(*Row, Lease) bool {
 	}
 }
 
+// recorded returns a done check: lease l's generation wrote outcome.
+func recorded(outcome string) func(*Row, Lease) bool {
+	return func(r *Row, l Lease) bool {
+		return r.OutcomeGeneration == l.Generation && r.Outcome == outcome
+	}
+}
+
 // Release implements Store.Release.
 func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, error) {
 	if _, err := validateLeases(m.queue, leases); err != nil {
@@ -277,10 +280,7 @@ func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, err
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	released := func(r *Row, l Lease) bool {
-		return r.Status == StatusPending && r.LeaseOwner == "" && r.LeaseGeneration == l.Generation
-	}
-	return m.write(leases, true, released, func(r *Row, _ int, now time.Time) {
+	return m.write(leases, "released", recorded("released"), func(r *Row, _ int, now time.Time) {
 		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
 		r.AttemptCount = max(r.AttemptCount-1, 0)
 	}), nil
@@ -308,6 +308,7 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 		}
 		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
 		r.AttemptCount = max(r.AttemptCount-1, 0)
+		r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, "released"
 		released = append(released, id)
 	}
 	slices.SortFunc(released, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
@@ -322,7 +323,7 @@ func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leases, false, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
+	return m.write(leases, "", wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
 		r.Status, r.FinishedAt, r.LeaseExpiresAt = m.queue.Succeeded(), &now, nil
 	}), nil
 }
@@ -335,7 +336,7 @@ func (m *Memory) Fail(ctx context.Context, failures ...Failure) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), true, wroteAs(StatusFailed), func(r *Row, i int, now time.Time) {
+	return m.write(leasesOf(failures), "failed", recorded("failed"), func(r *Row, i int, now time.Time) {
 		r.Status, r.LeaseExpiresAt = StatusFailed, nil
 		r.VisibleAfter = now.Add(failures[i].RetryAfter.Truncate(time.Microsecond))
 		r.LastError = SanitizeError(failures[i].Error)
@@ -350,7 +351,7 @@ func (m *Memory) DeadLetter(ctx context.Context, failures ...Failure) (WriteResu
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), true, wroteAs(StatusDeadLettered), func(r *Row, i int, now time.Time) {
+	return m.write(leasesOf(failures), "dead_lettered", recorded("dead_lettered"), func(r *Row, i int, now time.Time) {
 		r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &now, nil
 		r.LastError = SanitizeError(failures[i].Error)
 	}), nil

@@ -54,6 +54,12 @@ func (c WakeChan) Wake() <-chan struct{} { return c }
 // out. The failed outcome it then writes carries this error's text.
 var ErrShutdown = errors.New("leasing: processor shut down")
 
+// ErrAttemptsExhausted is the error a Processor dead-letters a message with,
+// without running its handler, when the message was claimed more than
+// RetryPolicy.MaxAttempts times: the earlier attempts ended without an
+// outcome, e.g. because the handler crashed its process.
+var ErrAttemptsExhausted = errors.New("leasing: attempts exhausted without an outcome")
+
 // Processor defaults, used for zero ProcessorOptions fields.
 const (
 	DefaultBatchSize     = 10
@@ -202,7 +208,10 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 //   - Outcome: nil from the handler writes completed (inbox) or published
 //     (outbox); an error or panic writes failed, due again after
 //     Retry.Backoff(attempt) on the store's clock, with the error text, or
-//     dead_lettered when the attempt is Retry.MaxAttempts or later. A retry
+//     dead_lettered when the attempt is Retry.MaxAttempts or later. A message
+//     claimed past MaxAttempts (its earlier attempts ended without an
+//     outcome: the worker crashed) is dead-lettered with
+//     ErrAttemptsExhausted without running the handler again. A retry
 //     delay shorter than the time to the next poll brings that claim
 //     forward. One writer writes outcomes, batching whatever is ready (one
 //     call per kind of outcome); a write failing with a driver error is
@@ -611,6 +620,11 @@ func (p *Processor) begin(h *heldLease) (Lease, bool) {
 
 // call runs the handler, turning a panic into an error.
 func (p *Processor) call(ctx context.Context, lease Lease) (err error) {
+	if p.opts.Retry.DeadLetters(lease.Attempt - 1) {
+		// Earlier attempts ended without an outcome (a worker crashed or
+		// hung): do not run it again, dead-letter it.
+		return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, p.opts.Retry.MaxAttempts)
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("leasing: handler panicked: %v\n%s", v, debug.Stack())
@@ -865,6 +879,12 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 		p.untrack(pw.h)
 	}
 	if err != nil {
+		// The handlers ran: an orphan sweep must not return these attempts.
+		p.mu.Lock()
+		for _, pw := range g {
+			p.lostAt[pw.h.lease.Message.ID] = time.Now()
+		}
+		p.mu.Unlock()
 		p.report(fmt.Errorf("leasing: %s processor: gave up writing %d outcomes: %w", p.store.Queue(), len(g), err))
 		return
 	}

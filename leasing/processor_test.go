@@ -698,3 +698,26 @@ func TestProcessorOptions(t *testing.T) {
 		}
 	})
 }
+
+// A message whose earlier attempts all ended without an outcome (its
+// handler crashed the worker each time) is dead-lettered once it is
+// claimed past MaxAttempts, without running the handler again.
+func TestProcessorDeadLettersCrashLoopingMessage(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	id := b.enqueue(t, 1)[0]
+	for range 3 { // three crashed attempts: claimed, never written
+		require.Len(t, b.claimAsOther(t), 1)
+		b.clock.Advance(30 * time.Second)
+	}
+	var runs atomic.Int64
+	b.start(t, nil, func(context.Context, leasing.Lease) error {
+		runs.Add(1)
+		return nil
+	}, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{MaxAttempts: 3}})
+	waitFor(t, statusIs(b.mem, id, leasing.StatusDeadLettered), "dead-lettered")
+	require.Zero(t, runs.Load(), "the handler must not run a fourth time")
+	row := b.row(t, id)
+	require.Equal(t, 4, row.AttemptCount)
+	require.Contains(t, row.LastError, leasing.ErrAttemptsExhausted.Error())
+}

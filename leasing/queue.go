@@ -139,10 +139,12 @@ type Row struct {
 	LeaseExpiresAt *time.Time
 	// LeaseGeneration is the fencing token: +1 per claim, never reset.
 	LeaseGeneration int64
-	// ExpiredGeneration is the latest generation whose lease expired and
-	// was reclaimed, 0 if none: a retried Fail, Release or DeadLetter of an
-	// older generation that did not expire had applied.
-	ExpiredGeneration int64
+	// OutcomeGeneration is the generation whose holder wrote the latest
+	// release, fail or dead-letter (0 if none), and Outcome what it wrote:
+	// "released", "failed" or "dead_lettered". They let a retried write tell
+	// already applied from lost after the row was claimed again.
+	OutcomeGeneration int64
+	Outcome           string
 	// AttemptCount is the number of attempts so far (claims not released).
 	AttemptCount int
 	// LastAttemptedAt is the store time of the latest claim.

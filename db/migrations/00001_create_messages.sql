@@ -15,7 +15,8 @@ CREATE TABLE inbox_messages (
     lease_owner       text,
     lease_expires_at  timestamptz,
     lease_generation  bigint      NOT NULL DEFAULT 0,
-    expired_generation bigint     NOT NULL DEFAULT 0,
+    outcome_generation bigint     NOT NULL DEFAULT 0,
+    outcome           text,
     attempt_count     integer     NOT NULL DEFAULT 0,
     last_attempted_at timestamptz,
     last_error        text,
@@ -31,7 +32,8 @@ CREATE TABLE inbox_messages (
     CONSTRAINT inbox_messages_dead_lettered_check
         CHECK ((status = 'dead_lettered') = (dead_lettered_at IS NOT NULL)),
     CONSTRAINT inbox_messages_counters_check
-        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND expired_generation BETWEEN 0 AND lease_generation)
+        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND outcome_generation BETWEEN 0 AND lease_generation
+               AND (outcome IS NULL OR outcome IN ('released', 'failed', 'dead_lettered')))
 );
 
 CREATE UNIQUE INDEX inbox_messages_idempotency_key_idx
@@ -43,7 +45,8 @@ COMMENT ON COLUMN inbox_messages.visible_after IS 'Not claimable before this dat
 COMMENT ON COLUMN inbox_messages.lease_owner IS 'Owner of the current lease while processing; the last owner that wrote a terminal or failed state otherwise.';
 COMMENT ON COLUMN inbox_messages.lease_expires_at IS 'Database time the current lease ends; set if and only if status is processing.';
 COMMENT ON COLUMN inbox_messages.lease_generation IS 'Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.';
-COMMENT ON COLUMN inbox_messages.expired_generation IS 'The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.';
+COMMENT ON COLUMN inbox_messages.outcome_generation IS 'The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.';
+COMMENT ON COLUMN inbox_messages.outcome IS 'What the holder of outcome_generation wrote: released, failed or dead_lettered.';
 COMMENT ON COLUMN inbox_messages.attempt_count IS 'Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.';
 
 CREATE TABLE outbox_messages (
@@ -59,7 +62,8 @@ CREATE TABLE outbox_messages (
     lease_owner       text,
     lease_expires_at  timestamptz,
     lease_generation  bigint      NOT NULL DEFAULT 0,
-    expired_generation bigint     NOT NULL DEFAULT 0,
+    outcome_generation bigint     NOT NULL DEFAULT 0,
+    outcome           text,
     attempt_count     integer     NOT NULL DEFAULT 0,
     last_attempted_at timestamptz,
     last_error        text,
@@ -75,7 +79,8 @@ CREATE TABLE outbox_messages (
     CONSTRAINT outbox_messages_dead_lettered_check
         CHECK ((status = 'dead_lettered') = (dead_lettered_at IS NOT NULL)),
     CONSTRAINT outbox_messages_counters_check
-        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND expired_generation BETWEEN 0 AND lease_generation)
+        CHECK (attempt_count >= 0 AND lease_generation >= 0 AND outcome_generation BETWEEN 0 AND lease_generation
+               AND (outcome IS NULL OR outcome IN ('released', 'failed', 'dead_lettered')))
 );
 
 COMMENT ON COLUMN outbox_messages.created_at IS 'Database clock (clock_timestamp) at insert; claims are FIFO by (created_at, message_id).';
@@ -83,7 +88,8 @@ COMMENT ON COLUMN outbox_messages.visible_after IS 'Not claimable before this da
 COMMENT ON COLUMN outbox_messages.lease_owner IS 'Owner of the current lease while publishing; the last owner that wrote a terminal or failed state otherwise.';
 COMMENT ON COLUMN outbox_messages.lease_expires_at IS 'Database time the current lease ends; set if and only if status is publishing.';
 COMMENT ON COLUMN outbox_messages.lease_generation IS 'Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.';
-COMMENT ON COLUMN outbox_messages.expired_generation IS 'The latest lease_generation whose lease expired and was reclaimed (0: none); lets a retried outcome write tell already applied from lost.';
+COMMENT ON COLUMN outbox_messages.outcome_generation IS 'The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.';
+COMMENT ON COLUMN outbox_messages.outcome IS 'What the holder of outcome_generation wrote: released, failed or dead_lettered.';
 COMMENT ON COLUMN outbox_messages.attempt_count IS 'Claims that counted as attempts: +1 per claim, -1 when a lease is released unstarted, 0 after requeue.';
 
 -- Claims and renews touch the same rows over and over; a lower fillfactor leaves

@@ -37,9 +37,6 @@ WITH ready AS (
         lease_owner       = @lease_owner::text,
         lease_expires_at  = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval,
         lease_generation  = m.lease_generation + 1,
-        -- A claim of an in-flight row reclaims an expired lease.
-        expired_generation = CASE WHEN m.status = 'publishing' THEN m.lease_generation
-                                  ELSE m.expired_generation END,
         attempt_count     = m.attempt_count + 1,
         last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
     FROM picked
@@ -75,7 +72,7 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -116,7 +113,7 @@ WITH input AS (
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -126,7 +123,9 @@ WITH input AS (
     SET status           = 'dead_lettered',
         dead_lettered_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'dead_lettered'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
@@ -139,10 +138,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'dead_lettered' AND l.lease_owner = @lease_owner::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -193,7 +189,7 @@ WITH input AS (
            unnest(@retry_delays::interval[]) AS retry_delay,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -203,7 +199,9 @@ WITH input AS (
     SET status           = 'failed',
         visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + i.retry_delay,
         last_error       = i.last_error,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        outcome_generation = m.lease_generation,
+        outcome          = 'failed'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
@@ -216,10 +214,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'failed' AND l.lease_owner = @lease_owner::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'failed' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -233,7 +228,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id;
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE message_id = @message_id::uuid;
@@ -266,7 +261,7 @@ SELECT
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
-       lease_generation, expired_generation, attempt_count, last_attempted_at, last_error,
+       lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at
 FROM outbox_messages
 WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
@@ -294,14 +289,14 @@ WHERE message_id IN (
 -- still leased to lease_owner: the row becomes pending and due at once, its
 -- lease_owner and lease_expires_at are cleared and the attempt it counted is
 -- returned (attempt_count - 1). lease_generation stays, so the released lease
--- is fenced. Outcomes as for OutboxPublish; already_applied when the row is
--- not in flight and still carries this generation.
+-- is fenced. Outcomes as for OutboxPublish; already_applied when this lease
+-- had already released it (outcome_generation and outcome record that).
 -- name: OutboxRelease :many
 WITH input AS (
     SELECT unnest(@message_ids::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.expired_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -312,7 +307,9 @@ WITH input AS (
         visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM locked AS l
     JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
@@ -325,10 +322,7 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'pending' AND l.lease_owner IS NULL
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
-           WHEN l.lease_generation > i.lease_generation
-                AND l.expired_generation < i.lease_generation THEN 'already_applied'
+           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'released' THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -358,7 +352,9 @@ WITH orphans AS (
         visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        attempt_count    = greatest(m.attempt_count - 1, 0)
+        attempt_count    = greatest(m.attempt_count - 1, 0),
+        outcome_generation = m.lease_generation,
+        outcome          = 'released'
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id

@@ -333,6 +333,57 @@ var cases = []struct {
 			}
 		}
 	}},
+	{"Write/RetryAfterReclaimIsAlreadyApplied", func(t *testing.T, b *bundle) {
+		// A retried Fail or Release whose first try committed, after another
+		// worker already claimed the row again: already applied, not lost.
+		for _, w := range writes {
+			if w.name == "Complete" || w.name == "DeadLetter" {
+				continue
+			}
+			b.enqueueN(1)
+			l := b.claim("a", 1)[0]
+			_, err := w.do(b, l)
+			require.NoError(t, err, w.name)
+			b.env.Clock.Advance(time.Second)
+			next := b.claim("b", 1)
+			require.Len(t, next, 1, w.name)
+			again, err := w.do(b, l)
+			require.NoError(t, err, w.name)
+			require.Equal(t, []leasing.Outcome{leasing.OutcomeAlreadyApplied}, outcomes(again), w.name)
+			_, err = b.store.Complete(b.ctx, next...)
+			require.NoError(t, err)
+		}
+	}},
+	{"Write/OtherWriteAfterReleaseIsLost", func(t *testing.T, b *bundle) {
+		b.enqueueN(1)
+		l := b.claim("a", 1)[0]
+		_, err := b.store.Release(b.ctx, l)
+		require.NoError(t, err)
+		b.claim("b", 1)
+		for _, w := range writes {
+			if w.name == "Release" {
+				continue
+			}
+			res, err := w.do(b, l)
+			require.NoError(t, err, w.name)
+			require.Equal(t, []leasing.Outcome{leasing.OutcomeLost}, outcomes(res), "%s after this lease released the row", w.name)
+		}
+	}},
+	{"DeadLetter/RetryAfterRequeueIsAlreadyApplied", func(t *testing.T, b *bundle) {
+		id := b.enqueueN(1)[0]
+		l := b.claim("a", 1)[0]
+		_, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: l, Error: "x"})
+		require.NoError(t, err)
+		_, err = b.store.Requeue(b.ctx, id)
+		require.NoError(t, err)
+		b.claim("b", 1)
+		res, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: l, Error: "x"})
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeAlreadyApplied}, outcomes(res))
+		rel, err := b.store.Release(b.ctx, l)
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeLost}, outcomes(rel), "this lease never released the row")
+	}},
 	{"Complete/TerminalUnderAnotherLease", func(t *testing.T, b *bundle) {
 		b.enqueueN(1)
 		stale := b.claim("a", 1)[0]
