@@ -390,6 +390,9 @@ type stressResult struct {
 	// deadEarly counts dead letters whose handler ran fewer than
 	// maxAttempts times: attempts spent by claims it never saw.
 	deadEarly int
+	// exhausted counts messages dead-lettered without running the handler:
+	// claimed past maxAttempts after attempts that ended without an outcome.
+	exhausted int
 }
 
 func (r stressResult) report(t *testing.T) {
@@ -402,7 +405,7 @@ func (r stressResult) report(t *testing.T) {
 		r.renewed, r.renewLost, r.refused, r.writesAfterReclaim, r.unknownWrites, r.alreadyApplied)
 	t.Logf("  faults: backends terminated %v, replies dropped %d, worker crashes %d, server restarts %d; store call errors %v; processor OnError %d",
 		r.kills, r.dropped, r.workerCrashes, r.restarts, r.callErrors, r.processorErrors)
-	t.Logf("  dead letters with fewer than %d handler runs (attempts burnt by claims whose reply never arrived): %d", r.cfg.maxAttempts, r.deadEarly)
+	t.Logf("  dead letters with fewer than %d handler runs (attempts burnt by claims whose reply never arrived): %d; dead-lettered as exhausted without a last run: %d", r.cfg.maxAttempts, r.deadEarly, r.exhausted)
 	for op, e := range r.firstErrors {
 		t.Logf("  first %s error: %.200s", op, e)
 	}
@@ -880,7 +883,14 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 					last = &invs[i]
 				}
 			}
-			require.NotNil(t, last, "%s: terminal state written by generation %d without an invocation", id, r.gen)
+			if last == nil {
+				// Claimed past MaxAttempts after attempts that ended without
+				// an outcome: dead-lettered without running the handler.
+				require.Equal(t, "dead_lettered", r.status, "%s: terminal state written by generation %d without an invocation", id, r.gen)
+				require.Greater(t, r.attempts, cfg.maxAttempts, "%s: dead-lettered without an invocation before its attempts ran out", id)
+				res.exhausted++
+				continue
+			}
 			if r.status == succeeded {
 				require.Equal(t, "ok", last.result, "%s completed but its handler returned %s", id, last.result)
 			} else {
