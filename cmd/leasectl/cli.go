@@ -127,6 +127,19 @@ func parseQueue(s string) (leasing.Queue, error) {
 	return q, nil
 }
 
+// parseQueues returns the queues an optional --queue names: both when s is
+// empty, else the one it names.
+func parseQueues(s string) ([]leasing.Queue, error) {
+	if s == "" {
+		return []leasing.Queue{leasing.Inbox, leasing.Outbox}, nil
+	}
+	q, err := parseQueue(s)
+	if err != nil {
+		return nil, err
+	}
+	return []leasing.Queue{q}, nil
+}
+
 // flagError turns an *leasing.ArgumentError into a usage error that names
 // the flag, via names (argument field -> flag); other errors pass through.
 func flagError(err error, names map[string]string) error {

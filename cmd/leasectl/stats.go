@@ -26,13 +26,9 @@ func runStats(ctx context.Context, c *cli, args []string) error {
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	queues := []leasing.Queue{leasing.Inbox, leasing.Outbox}
-	if *queue != "" {
-		q, err := parseQueue(*queue)
-		if err != nil {
-			return err
-		}
-		queues = []leasing.Queue{q}
+	queues, err := parseQueues(*queue)
+	if err != nil {
+		return err
 	}
 
 	pool, err := c.connect(ctx)
