@@ -19,9 +19,8 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
-      AND ($2::text IS NULL OR tenant_id = $2::text)
     ORDER BY created_at, message_id
-    LIMIT $3::integer
+    LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_inflight_idx; lease_expires_at is an index condition.
@@ -29,7 +28,124 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
-      AND ($2::text IS NULL OR tenant_id = $2::text)
+    ORDER BY created_at, message_id
+    LIMIT $2::integer
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT due.message_id
+    FROM (SELECT message_id, created_at FROM ready UNION ALL SELECT message_id, created_at FROM expired) AS due
+    ORDER BY due.created_at, due.message_id
+    LIMIT $2::integer
+), claimed AS (
+    UPDATE outbox_messages AS m
+    SET status            = 'publishing',
+        lease_owner       = $3::text,
+        lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $4::interval,
+        lease_generation  = m.lease_generation + 1,
+        attempt_count     = m.attempt_count + 1,
+        last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
+    FROM picked
+    WHERE m.message_id = picked.message_id
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at
+)
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, lease_owner::text AS lease_owner,
+       lease_expires_at::timestamptz AS lease_expires_at,
+       lease_generation, attempt_count, last_error
+FROM claimed
+ORDER BY created_at, message_id
+`
+
+type OutboxClaimParams struct {
+	Now        *time.Time
+	BatchSize  int32
+	LeaseOwner string
+	LeaseFor   time.Duration
+}
+
+type OutboxClaimRow struct {
+	MessageID       uuid.UUID
+	MessageType     string
+	Payload         []byte
+	Headers         []byte
+	TenantID        *string
+	IdempotencyKey  *string
+	Topic           string
+	CreatedAt       time.Time
+	VisibleAfter    time.Time
+	LeaseOwner      string
+	LeaseExpiresAt  time.Time
+	LeaseGeneration int64
+	AttemptCount    int32
+	LastError       *string
+}
+
+// OutboxClaim leases up to batch_size due outbox messages to lease_owner for
+// lease_for. Due are pending and failed rows whose visible_after has passed,
+// and publishing rows whose lease has expired. Claimed rows become publishing
+// with lease_expires_at = now + lease_for, lease_generation + 1 and
+// attempt_count + 1. OutboxClaimTenant claims one tenant's rows.
+// Rows locked by concurrent claims are skipped. Returns the claimed rows in
+// FIFO order, (created_at, message_id).
+func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
+	rows, err := db.Query(ctx, outboxClaim,
+		arg.Now,
+		arg.BatchSize,
+		arg.LeaseOwner,
+		arg.LeaseFor,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxClaimRow{}
+	for rows.Next() {
+		var i OutboxClaimRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.MessageType,
+			&i.Payload,
+			&i.Headers,
+			&i.TenantID,
+			&i.IdempotencyKey,
+			&i.Topic,
+			&i.CreatedAt,
+			&i.VisibleAfter,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.LeaseGeneration,
+			&i.AttemptCount,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxClaimTenant = `-- name: OutboxClaimTenant :many
+WITH ready AS (
+    -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
+    SELECT message_id, created_at
+    FROM outbox_messages
+    WHERE status IN ('pending', 'failed')
+      AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
+      AND tenant_id = $2::text
+    ORDER BY created_at, message_id
+    LIMIT $3::integer
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    -- Index order over outbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
+    SELECT message_id, created_at
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+      AND tenant_id = $2::text
     ORDER BY created_at, message_id
     LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
@@ -59,15 +175,15 @@ FROM claimed
 ORDER BY created_at, message_id
 `
 
-type OutboxClaimParams struct {
+type OutboxClaimTenantParams struct {
 	Now        *time.Time
-	TenantID   *string
+	TenantID   string
 	BatchSize  int32
 	LeaseOwner string
 	LeaseFor   time.Duration
 }
 
-type OutboxClaimRow struct {
+type OutboxClaimTenantRow struct {
 	MessageID       uuid.UUID
 	MessageType     string
 	Payload         []byte
@@ -84,15 +200,10 @@ type OutboxClaimRow struct {
 	LastError       *string
 }
 
-// OutboxClaim leases up to batch_size due outbox messages to lease_owner for
-// lease_for. Due are pending and failed rows whose visible_after has passed,
-// and publishing rows whose lease has expired. Claimed rows become publishing
-// with lease_expires_at = now + lease_for, lease_generation + 1 and
-// attempt_count + 1. A non-NULL tenant_id claims only that tenant's rows.
-// Rows locked by concurrent claims are skipped. Returns the claimed rows in
-// FIFO order, (created_at, message_id).
-func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
-	rows, err := db.Query(ctx, outboxClaim,
+// OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
+// through the tenant's own claim indexes.
+func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClaimTenantParams) ([]OutboxClaimTenantRow, error) {
+	rows, err := db.Query(ctx, outboxClaimTenant,
 		arg.Now,
 		arg.TenantID,
 		arg.BatchSize,
@@ -103,9 +214,9 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxClaimRow{}
+	items := []OutboxClaimTenantRow{}
 	for rows.Next() {
-		var i OutboxClaimRow
+		var i OutboxClaimTenantRow
 		if err := rows.Scan(
 			&i.MessageID,
 			&i.MessageType,

@@ -48,8 +48,18 @@ type equivQueue struct {
 var equivQueues = []equivQueue{
 	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at",
 		func(ctx context.Context, db gen.DBTX, now *time.Time, tenant *string, n int32) ([]uuid.UUID, error) {
+			if tenant != nil {
+				rows, err := gen.New().InboxClaimTenant(ctx, db, gen.InboxClaimTenantParams{
+					Now: now, TenantID: *tenant, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
+				})
+				ids := make([]uuid.UUID, len(rows))
+				for i, r := range rows {
+					ids[i] = r.MessageID
+				}
+				return ids, err
+			}
 			rows, err := gen.New().InboxClaim(ctx, db, gen.InboxClaimParams{
-				Now: now, TenantID: tenant, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
+				Now: now, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
 			})
 			ids := make([]uuid.UUID, len(rows))
 			for i, r := range rows {
@@ -59,8 +69,18 @@ var equivQueues = []equivQueue{
 		}},
 	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at",
 		func(ctx context.Context, db gen.DBTX, now *time.Time, tenant *string, n int32) ([]uuid.UUID, error) {
+			if tenant != nil {
+				rows, err := gen.New().OutboxClaimTenant(ctx, db, gen.OutboxClaimTenantParams{
+					Now: now, TenantID: *tenant, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
+				})
+				ids := make([]uuid.UUID, len(rows))
+				for i, r := range rows {
+					ids[i] = r.MessageID
+				}
+				return ids, err
+			}
 			rows, err := gen.New().OutboxClaim(ctx, db, gen.OutboxClaimParams{
-				Now: now, TenantID: tenant, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
+				Now: now, BatchSize: n, LeaseOwner: "ours", LeaseFor: 30 * time.Second,
 			})
 			ids := make([]uuid.UUID, len(rows))
 			for i, r := range rows {

@@ -124,5 +124,9 @@ func requireSchema(t *testing.T, pool *pgxpool.Pool) {
 		"inbox_messages_idempotency_key_idx",
 		"outbox_messages_ready_idx",
 		"outbox_messages_inflight_idx",
+		"inbox_messages_tenant_ready_idx",
+		"inbox_messages_tenant_inflight_idx",
+		"outbox_messages_tenant_ready_idx",
+		"outbox_messages_tenant_inflight_idx",
 	})
 }

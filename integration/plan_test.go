@@ -160,7 +160,7 @@ func explainClaim(t *testing.T, conn *pgx.Conn, sql, planMode string) planNode {
 	require.NoError(t, err)
 	var out []struct{ Plan planNode }
 	err = tx.QueryRow(ctx, fmt.Sprintf(
-		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(NULL, NULL, %d, 'plan-test', '30 seconds')",
+		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(NULL, %d, 'plan-test', '30 seconds')",
 		claimBatch)).Scan(&out)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "DEALLOCATE claim_plan")

@@ -131,18 +131,17 @@ const explainGenericArgsSQL = `SELECT set_config('leasestore.explain_now', coale
 // explainGenericSQL explains an EXECUTE of the prepared claim. EXECUTE
 // takes its arguments as expressions, not bind parameters, so they come
 // from the settings explainGenericArgsSQL made, and from the constants
-// ExplainClaim always uses: no tenant, explainOwner, a 30-second lease.
+// ExplainClaim always uses (the untenanted claim): explainOwner, a 30-second lease.
 const explainGenericSQL = explainPrefix + "EXECUTE " + explainPrepared + `(
     nullif(current_setting('leasestore.explain_now'), '')::timestamptz,
-    NULL::text,
     current_setting('leasestore.explain_batch')::integer,
     '` + explainOwner + `'::text,
     '30 seconds'::interval)`
 
 // explainGenericParams are the parameter types of the generated claim, in
-// order, that explainGenericSQL supplies: now, tenant_id, batch_size,
-// lease_owner, lease_for.
-var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.TextOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
+// order, that explainGenericSQL supplies: now, batch_size, lease_owner,
+// lease_for.
+var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
 
 // explainRolledBack runs stmt under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 // in a transaction on conn that it rolls back, and returns the output.
@@ -192,7 +191,7 @@ type statement struct {
 // sends for r, captured from the generated query function.
 func (s *Postgres) claimStatement(ctx context.Context, r ClaimRequest) (statement, error) {
 	var c captureDB
-	_, err := s.sql.claim(ctx, &c, s.claimParams(r))
+	_, err := s.runClaim(ctx, &c, r)
 	if !errors.Is(err, errCaptured) || c.sql == "" {
 		return statement{}, fmt.Errorf("leasing: capture claim statement: %v", err)
 	}

@@ -119,9 +119,10 @@ func TestClaimStatement(t *testing.T) {
 		require.NoError(t, err)
 		st, err := s.claimStatement(context.Background(), ClaimRequest{Owner: "o", BatchSize: 7, LeaseFor: time.Minute, TenantID: "t"})
 		require.NoError(t, err)
-		name := map[Queue]string{Inbox: "InboxClaim", Outbox: "OutboxClaim"}[q]
+		name := map[Queue]string{Inbox: "InboxClaimTenant", Outbox: "OutboxClaimTenant"}[q]
 		require.True(t, strings.HasPrefix(st.sql, "-- name: "+name+" :many"), st.sql)
 		require.Len(t, st.args, 5)
+		require.Contains(t, st.args, "t")
 		require.Contains(t, st.args, int32(7))
 		require.Contains(t, st.args, "o")
 		require.Contains(t, st.args, time.Minute)

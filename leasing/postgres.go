@@ -120,7 +120,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.sql.claim(ctx, s.pool, s.claimParams(r))
+	rows, err := s.runClaim(ctx, s.pool, r)
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
@@ -131,13 +131,17 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	return leases, nil
 }
 
-// claimParams returns the parameters of the claim statement for r; Claim
-// and ExplainClaim both send them.
-func (s *Postgres) claimParams(r ClaimRequest) gen.InboxClaimParams {
-	return gen.InboxClaimParams{
-		Now: s.pinned(), TenantID: nullable(r.TenantID), BatchSize: int32(r.BatchSize),
-		LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+// runClaim sends the claim statement for r on db: the tenant's claim when
+// r names a tenant, else the untenanted one. Claim and ExplainClaim both use it.
+func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]gen.InboxClaimRow, error) {
+	if r.TenantID != "" {
+		return s.sql.claimTenant(ctx, db, gen.InboxClaimTenantParams{
+			Now: s.pinned(), TenantID: r.TenantID, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+		})
 	}
+	return s.sql.claim(ctx, db, gen.InboxClaimParams{
+		Now: s.pinned(), BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+	})
 }
 
 func (s *Postgres) leaseOf(r gen.InboxClaimRow) Lease {

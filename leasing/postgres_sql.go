@@ -14,19 +14,20 @@ import (
 // postgres.go is written once. The via* adapters convert between the twins;
 // Go converts structs with identical fields without copying field by field.
 type queueSQL struct {
-	claim      func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]gen.InboxClaimRow, error)
-	renew      func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
-	release    func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]MessageOutcome, error)
-	orphans    func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
-	complete   func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]MessageOutcome, error)
-	fail       func(context.Context, gen.DBTX, gen.InboxFailParams) ([]MessageOutcome, error)
-	deadLetter func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]MessageOutcome, error)
-	requeue    func(context.Context, gen.DBTX, gen.InboxRequeueParams) ([]uuid.UUID, error)
-	purge      func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
-	counts     func(context.Context, gen.DBTX) ([]gen.InboxCountByStatusRow, error)
-	health     func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
-	get        func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
-	list       func(context.Context, gen.DBTX, gen.InboxListParams) ([]gen.InboxGetRow, error)
+	claim       func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]gen.InboxClaimRow, error)
+	claimTenant func(context.Context, gen.DBTX, gen.InboxClaimTenantParams) ([]gen.InboxClaimRow, error)
+	renew       func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
+	release     func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]MessageOutcome, error)
+	orphans     func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
+	complete    func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]MessageOutcome, error)
+	fail        func(context.Context, gen.DBTX, gen.InboxFailParams) ([]MessageOutcome, error)
+	deadLetter  func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]MessageOutcome, error)
+	requeue     func(context.Context, gen.DBTX, gen.InboxRequeueParams) ([]uuid.UUID, error)
+	purge       func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
+	counts      func(context.Context, gen.DBTX) ([]gen.InboxCountByStatusRow, error)
+	health      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
+	get         func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
+	list        func(context.Context, gen.DBTX, gen.InboxListParams) ([]gen.InboxGetRow, error)
 	// enqueue and enqueueCopy differ per table (idempotency key vs topic).
 	enqueue     func(context.Context, gen.DBTX, *time.Time, []NewMessage) ([]uuid.UUID, error)
 	enqueueCopy func(context.Context, gen.DBTX, []NewMessage) (int64, error)
@@ -37,6 +38,7 @@ func sqlFor(q Queue) queueSQL {
 	if q == Outbox {
 		return queueSQL{
 			claim:       via(g.OutboxClaim, claimP, convertClaimRow),
+			claimTenant: via(g.OutboxClaimTenant, claimTenantP, convertClaimRow),
 			renew:       via(g.OutboxRenew, renewP, convertRenewRow),
 			release:     via(g.OutboxRelease, releaseP, convertOutcomeRow),
 			orphans:     via(g.OutboxReleaseOrphans, orphansP, same[uuid.UUID]),
@@ -55,6 +57,7 @@ func sqlFor(q Queue) queueSQL {
 	}
 	return queueSQL{
 		claim:       g.InboxClaim,
+		claimTenant: via(g.InboxClaimTenant, same[gen.InboxClaimTenantParams], convertClaimRow),
 		renew:       g.InboxRenew,
 		release:     via(g.InboxRelease, same[gen.InboxReleaseParams], convertOutcomeRow),
 		orphans:     g.InboxReleaseOrphans,
@@ -77,6 +80,9 @@ func sqlFor(q Queue) queueSQL {
 type (
 	claimParams interface {
 		gen.InboxClaimParams | gen.OutboxClaimParams
+	}
+	claimTenantParams interface {
+		gen.InboxClaimTenantParams | gen.OutboxClaimTenantParams
 	}
 	renewParams interface {
 		gen.InboxRenewParams | gen.OutboxRenewParams
@@ -113,7 +119,7 @@ type (
 	}
 
 	claimRow interface {
-		gen.InboxClaimRow | gen.OutboxClaimRow
+		gen.InboxClaimRow | gen.OutboxClaimRow | gen.InboxClaimTenantRow | gen.OutboxClaimTenantRow
 	}
 	renewRow interface {
 		gen.InboxRenewRow | gen.OutboxRenewRow
@@ -173,18 +179,19 @@ func viaNoArg[R, RI any](f func(context.Context, gen.DBTX) ([]R, error), conv fu
 }
 
 // Params converters: from the inbox params to the twin P of the same query.
-func claimP[P claimParams](p gen.InboxClaimParams) P                { return P(p) }
-func renewP[P renewParams](p gen.InboxRenewParams) P                { return P(p) }
-func releaseP[P releaseParams](p gen.InboxReleaseParams) P          { return P(p) }
-func orphansP[P orphansParams](p gen.InboxReleaseOrphansParams) P   { return P(p) }
-func completeP[P completeParams](p gen.InboxCompleteParams) P       { return P(p) }
-func failP[P failParams](p gen.InboxFailParams) P                   { return P(p) }
-func deadLetterP[P deadLetterParams](p gen.InboxDeadLetterParams) P { return P(p) }
-func requeueP[P requeueParams](p gen.InboxRequeueParams) P          { return P(p) }
-func purgeP[P purgeParams](p gen.InboxPurgeParams) P                { return P(p) }
-func healthP[P healthParams](p gen.InboxLeaseHealthParams) P        { return P(p) }
-func getP[P getParams](p gen.InboxGetParams) P                      { return P(p) }
-func listP[P listParams](p gen.InboxListParams) P                   { return P(p) }
+func claimP[P claimParams](p gen.InboxClaimParams) P                   { return P(p) }
+func claimTenantP[P claimTenantParams](p gen.InboxClaimTenantParams) P { return P(p) }
+func renewP[P renewParams](p gen.InboxRenewParams) P                   { return P(p) }
+func releaseP[P releaseParams](p gen.InboxReleaseParams) P             { return P(p) }
+func orphansP[P orphansParams](p gen.InboxReleaseOrphansParams) P      { return P(p) }
+func completeP[P completeParams](p gen.InboxCompleteParams) P          { return P(p) }
+func failP[P failParams](p gen.InboxFailParams) P                      { return P(p) }
+func deadLetterP[P deadLetterParams](p gen.InboxDeadLetterParams) P    { return P(p) }
+func requeueP[P requeueParams](p gen.InboxRequeueParams) P             { return P(p) }
+func purgeP[P purgeParams](p gen.InboxPurgeParams) P                   { return P(p) }
+func healthP[P healthParams](p gen.InboxLeaseHealthParams) P           { return P(p) }
+func getP[P getParams](p gen.InboxGetParams) P                         { return P(p) }
+func listP[P listParams](p gen.InboxListParams) P                      { return P(p) }
 
 func same[T any](v T) T { return v }
 

@@ -2,7 +2,7 @@
 -- lease_for. Due are pending and failed rows whose visible_after has passed,
 -- and publishing rows whose lease has expired. Claimed rows become publishing
 -- with lease_expires_at = now + lease_for, lease_generation + 1 and
--- attempt_count + 1. A non-NULL tenant_id claims only that tenant's rows.
+-- attempt_count + 1. OutboxClaimTenant claims one tenant's rows.
 -- Rows locked by concurrent claims are skipped. Returns the claimed rows in
 -- FIFO order, (created_at, message_id).
 -- name: OutboxClaim :many
@@ -12,7 +12,6 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-      AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -22,7 +21,54 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-      AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
+    ORDER BY created_at, message_id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT due.message_id
+    FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS due
+    ORDER BY due.created_at, due.message_id
+    LIMIT @batch_size::integer
+), claimed AS (
+    UPDATE outbox_messages AS m
+    SET status            = 'publishing',
+        lease_owner       = @lease_owner::text,
+        lease_expires_at  = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval,
+        lease_generation  = m.lease_generation + 1,
+        attempt_count     = m.attempt_count + 1,
+        last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+    FROM picked
+    WHERE m.message_id = picked.message_id
+    RETURNING m.*
+)
+SELECT message_id, message_type, payload, headers, tenant_id,
+       NULL::text AS idempotency_key, topic,
+       created_at, visible_after, lease_owner::text AS lease_owner,
+       lease_expires_at::timestamptz AS lease_expires_at,
+       lease_generation, attempt_count, last_error
+FROM claimed
+ORDER BY created_at, message_id;
+
+-- OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
+-- through the tenant's own claim indexes.
+-- name: OutboxClaimTenant :many
+WITH ready AS (
+    -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
+    SELECT message_id, created_at
+    FROM outbox_messages
+    WHERE status IN ('pending', 'failed')
+      AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      AND tenant_id = @tenant_id::text
+    ORDER BY created_at, message_id
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    -- Index order over outbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
+    SELECT message_id, created_at
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      AND tenant_id = @tenant_id::text
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED

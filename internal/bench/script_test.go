@@ -66,10 +66,10 @@ func expectedScript(t *testing.T, q leasing.Queue) string {
 			return err
 		})
 	}
-	// Parameter order as in the generated methods: claim (now, tenant_id,
-	// batch_size, lease_owner, lease_for); complete (lease_owner,
-	// message_ids, lease_generations, now).
-	claim = params(t, body(claim), "NULL", "NULL", ":batch", ":owner", ":lease_for")
+	// Parameter order as in the generated methods: claim (now, batch_size,
+	// lease_owner, lease_for); complete (lease_owner, message_ids,
+	// lease_generations, now).
+	claim = params(t, body(claim), "NULL", ":batch", ":owner", ":lease_for")
 	complete = params(t, body(complete), ":owner", ":ids", ":gens", "NULL")
 
 	// \gset takes exactly one row: fold the claimed rows into arrays.

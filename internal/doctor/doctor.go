@@ -168,7 +168,7 @@ func tableOf(q leasing.Queue) string {
 // RequiredIndexes returns the indexes queue q's statements rely on.
 func RequiredIndexes(q leasing.Queue) []string {
 	t := tableOf(q)
-	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx"}
+	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx"}
 	if q == leasing.Inbox {
 		idx = append(idx, "inbox_messages_idempotency_key_idx")
 	}
