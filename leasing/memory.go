@@ -281,9 +281,15 @@ func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, err
 		return WriteResult{}, err
 	}
 	return m.write(leases, "released", recorded("released"), func(r *Row, _ int, now time.Time) {
-		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
-		r.AttemptCount = max(r.AttemptCount-1, 0)
+		release(r, now)
 	}), nil
+}
+
+// release gives r's lease back: pending and due at now, lease owner and
+// expiry cleared, the attempt the claim counted returned.
+func release(r *Row, now time.Time) {
+	r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
+	r.AttemptCount = max(r.AttemptCount-1, 0)
 }
 
 // ReleaseOrphans implements Store.ReleaseOrphans.
@@ -306,8 +312,7 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 		if r.Status != m.queue.InFlight() || r.LeaseOwner != owner || keep[id] {
 			continue
 		}
-		r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
-		r.AttemptCount = max(r.AttemptCount-1, 0)
+		release(r, now)
 		r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, "released"
 		released = append(released, id)
 	}

@@ -513,15 +513,12 @@ func (r *run) claim() bool {
 func (r *run) sweepOrphans() bool {
 	p := r.p
 	p.mu.Lock()
+	p.pruneLost()
 	known := make([]uuid.UUID, 0, len(p.held)+len(p.lostAt))
 	for id := range p.held {
 		known = append(known, id)
 	}
-	for id, at := range p.lostAt {
-		if time.Since(at) > p.opts.LeaseDuration {
-			delete(p.lostAt, id) // expired long ago: reclaimable, no longer ours
-			continue
-		}
+	for id := range p.lostAt {
 		known = append(known, id)
 	}
 	p.mu.Unlock()
@@ -554,6 +551,25 @@ func (p *Processor) track(base context.Context, leases []Lease, sent time.Time) 
 	return out
 }
 
+// rememberLost records that the lease on id was given up, so that orphan
+// sweeps leave its row alone for one LeaseDuration. The caller holds p.mu.
+func (p *Processor) rememberLost(id uuid.UUID) {
+	p.lostAt[id] = time.Now()
+	if len(p.lostAt) > 1024 {
+		p.pruneLost()
+	}
+}
+
+// pruneLost forgets leases given up more than LeaseDuration ago: they have
+// expired, and the rows may be reclaimed by anyone. The caller holds p.mu.
+func (p *Processor) pruneLost() {
+	for id, at := range p.lostAt {
+		if time.Since(at) > p.opts.LeaseDuration {
+			delete(p.lostAt, id)
+		}
+	}
+}
+
 // markLost gives up h: its handler is cancelled and it is no longer
 // renewed. The caller holds p.mu and has checked h.state != stateWriting.
 func (p *Processor) markLost(h *heldLease) {
@@ -562,14 +578,7 @@ func (p *Processor) markLost(h *heldLease) {
 	}
 	h.lost = true
 	h.cancel(ErrLeaseLost)
-	p.lostAt[h.lease.Message.ID] = time.Now()
-	if len(p.lostAt) > 1024 {
-		for id, at := range p.lostAt {
-			if time.Since(at) > p.opts.LeaseDuration {
-				delete(p.lostAt, id)
-			}
-		}
-	}
+	p.rememberLost(h.lease.Message.ID)
 	if p.held[h.lease.Message.ID] == h {
 		delete(p.held, h.lease.Message.ID)
 	}
@@ -882,7 +891,7 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 		// The handlers ran: an orphan sweep must not return these attempts.
 		p.mu.Lock()
 		for _, pw := range g {
-			p.lostAt[pw.h.lease.Message.ID] = time.Now()
+			p.rememberLost(pw.h.lease.Message.ID)
 		}
 		p.mu.Unlock()
 		p.report(fmt.Errorf("leasing: %s processor: gave up writing %d outcomes: %w", p.store.Queue(), len(g), err))
