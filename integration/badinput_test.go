@@ -75,10 +75,14 @@ func storeCalls(s *leasing.Postgres, held leasing.Lease, ids []uuid.UUID) map[st
 			_, err := s.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
 			return err
 		},
-		"Renew":      func(ctx context.Context) error { _, err := s.Renew(ctx, time.Minute, held); return err },
-		"Release":    func(ctx context.Context) error { _, err := s.Release(ctx, held); return err },
-		"Complete":   func(ctx context.Context) error { _, err := s.Complete(ctx, held); return err },
-		"Fail":       func(ctx context.Context) error { _, err := s.Fail(ctx, failure); return err },
+		"Renew":    func(ctx context.Context) error { _, err := s.Renew(ctx, time.Minute, held); return err },
+		"Release":  func(ctx context.Context) error { _, err := s.Release(ctx, held); return err },
+		"Complete": func(ctx context.Context) error { _, err := s.Complete(ctx, held); return err },
+		"Fail":     func(ctx context.Context) error { _, err := s.Fail(ctx, failure); return err },
+		"CompleteAndClaim": func(ctx context.Context) error {
+			_, _, err := s.CompleteAndClaim(ctx, []leasing.Lease{held}, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+			return err
+		},
 		"DeadLetter": func(ctx context.Context) error { _, err := s.DeadLetter(ctx, failure); return err },
 		"Requeue":    func(ctx context.Context) error { _, err := s.Requeue(ctx, ids...); return err },
 		"RequeueAll": func(ctx context.Context) error { _, err := s.RequeueAll(ctx); return err },

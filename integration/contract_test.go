@@ -128,3 +128,97 @@ func TestEnqueueCopy(t *testing.T) {
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 	}
 }
+
+// TestCompleteAndClaimIsOneTransaction: when the claim half of
+// CompleteAndClaim fails on the server, the complete half rolls back with
+// it. A test trigger refuses leases to one owner name, so the claim
+// statement fails after the complete statement has run in the same batch.
+func TestCompleteAndClaimIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	_, err := pool.Exec(ctx, `
+CREATE FUNCTION refuse_owner() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.lease_owner = 'refused' THEN
+        RAISE EXCEPTION 'lease owner refused by test trigger';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_owner BEFORE UPDATE ON inbox_messages FOR EACH ROW EXECUTE FUNCTION refuse_owner();
+CREATE TRIGGER refuse_owner BEFORE UPDATE ON outbox_messages FOR EACH ROW EXECUTE FUNCTION refuse_owner();`)
+	require.NoError(t, err)
+	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		msg := leasing.NewMessage{}
+		if q == leasing.Outbox {
+			msg.Topic = "t"
+		}
+		_, err = store.Enqueue(ctx, msg, msg)
+		require.NoError(t, err)
+		held, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "a", BatchSize: 1, LeaseFor: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, held, 1)
+
+		_, next, err := store.CompleteAndClaim(ctx, held, leasing.ClaimRequest{Owner: "refused", BatchSize: 1, LeaseFor: time.Minute})
+		require.ErrorContains(t, err, "refused by test trigger", q)
+		require.Nil(t, next)
+		row, err := store.Get(ctx, held[0].Message.ID)
+		require.NoError(t, err)
+		require.Equal(t, q.InFlight(), row.Status, "%s: the complete rolled back with the failed claim", q)
+
+		// The pool's connection is usable and a retry with a good owner applies both halves.
+		res, next, err := store.CompleteAndClaim(ctx, held, leasing.ClaimRequest{Owner: "a", BatchSize: 1, LeaseFor: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, leasing.OutcomeApplied, res.Outcomes[0].Outcome, q)
+		require.Len(t, next, 1, q)
+		row, err = store.Get(ctx, held[0].Message.ID)
+		require.NoError(t, err)
+		require.Equal(t, q.Succeeded(), row.Status, q)
+	}
+}
+
+// TestGenericPlansStayLocal: the store's claim and fenced writes run on
+// their generic plans (pg_prepared_statements counts each execution), and
+// the plan_cache_mode they set is gone from the session afterwards.
+func TestGenericPlansStayLocal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t, dbtest.DatabaseURL(t), "leasestore-generic-plans", 1)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	_, err = store.Enqueue(ctx, make([]leasing.NewMessage, 12)...)
+	require.NoError(t, err)
+	req := leasing.ClaimRequest{Owner: "w", BatchSize: 2, LeaseFor: time.Minute}
+	held, err := store.Claim(ctx, req)
+	require.NoError(t, err)
+	for range 5 {
+		_, held, err = store.CompleteAndClaim(ctx, held, req)
+		require.NoError(t, err)
+		require.Len(t, held, 2)
+	}
+	_, err = store.Renew(ctx, time.Minute, held...)
+	require.NoError(t, err)
+	_, err = store.Complete(ctx, held...)
+	require.NoError(t, err)
+
+	var mode string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+	require.Equal(t, "auto", mode, "the setting must not outlive the store's transactions")
+	rows, err := pool.Query(ctx, `SELECT substring(statement FROM 'name: (\w+)'), generic_plans, custom_plans
+FROM pg_prepared_statements WHERE statement LIKE '-- name: Inbox%'`)
+	require.NoError(t, err)
+	type counts struct{ generic, custom int64 }
+	got := map[string]counts{}
+	for rows.Next() {
+		var name string
+		var c counts
+		require.NoError(t, rows.Scan(&name, &c.generic, &c.custom))
+		got[name] = c
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, counts{generic: 6, custom: 0}, got["InboxClaim"], "%v", got)
+	require.Equal(t, counts{generic: 6, custom: 0}, got["InboxComplete"], "%v", got)
+	require.Equal(t, counts{generic: 1, custom: 0}, got["InboxRenew"], "%v", got)
+}

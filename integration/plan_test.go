@@ -9,9 +9,11 @@ import (
 	"go/token"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/integration/dbtest"
@@ -24,16 +26,19 @@ const claimBatch = 10
 type queue struct {
 	claim    string // query name, for subtest names
 	table    string
-	inFlight string // status while leased
-	done     string // success status
-	doneAt   string // success timestamp column
-	genFile  string // generated file holding the claim SQL
-	genConst string // unexported constant in genFile
+	inFlight string   // status while leased
+	done     string   // success status
+	doneAt   string   // success timestamp column
+	genFile  string   // generated file holding the claim SQL
+	genConst string   // unexported constant in genFile
+	writes   []string // constants in genFile of the fenced writes
 }
 
 var queues = []queue{
-	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox.sql.go", "inboxClaim"},
-	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox.sql.go", "outboxClaim"},
+	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox.sql.go", "inboxClaim",
+		[]string{"inboxRenew", "inboxRelease", "inboxComplete", "inboxFail", "inboxDeadLetter"}},
+	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox.sql.go", "outboxClaim",
+		[]string{"outboxRenew", "outboxRelease", "outboxPublish", "outboxFail", "outboxDeadLetter"}},
 }
 
 // planNode is one node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
@@ -106,6 +111,106 @@ func TestClaimPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestFencedWritePlans: renew and the outcome writes of a batch of 10
+// leases find their rows through the primary key, on the generic plan the
+// store uses and on a custom plan, and cost the same with 10,000 or
+// 100,000 rows in flight.
+func TestFencedWritePlans(t *testing.T) {
+	t.Parallel()
+	for _, q := range queues {
+		t.Run(q.table, func(t *testing.T) {
+			t.Parallel()
+			conn := connect(t)
+			seed(t, conn, q, q.done, 0, 9_999)
+			seed(t, conn, q, q.inFlight, 10_000, 19_999)
+			analyze(t, conn, q)
+			measure := func() map[string]int64 {
+				cost := map[string]int64{}
+				ids := leasedIDs(t, conn, q, claimBatch)
+				for _, name := range q.writes {
+					sql := generatedSQL(t, q.genFile, name)
+					for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+						root := explainWrite(t, conn, sql, mode, ids)
+						require.Equal(t, float64(claimBatch), root.ActualRows, "%s %s: rows out", name, mode)
+						var pkey bool
+						walk(root, nil, func(n planNode, _ []planNode) {
+							require.NotEqual(t, "Seq Scan", n.NodeType, "%s %s: %s", name, mode, mustJSON(root))
+							if n.IndexName != "" {
+								require.Equal(t, q.table+"_pkey", n.IndexName, "%s %s: %s", name, mode, mustJSON(root))
+								pkey = true
+							}
+						})
+						require.True(t, pkey, "%s %s: no primary-key lookup: %s", name, mode, mustJSON(root))
+						cost[name+" "+mode] = buffers(root)
+					}
+				}
+				return cost
+			}
+			small := measure()
+			seed(t, conn, q, q.inFlight, 20_000, 109_999)
+			analyze(t, conn, q)
+			large := measure()
+			for k, v := range small {
+				t.Logf("%s: %d buffers at 10k in flight, %d at 100k", k, v, large[k])
+				require.LessOrEqual(t, float64(large[k]), 1.5*float64(v)+20, k)
+			}
+		})
+	}
+}
+
+// leasedIDs returns n ids of in-flight rows leased by seed, as a uuid[] literal.
+func leasedIDs(t *testing.T, conn *pgx.Conn, q queue, n int) string {
+	t.Helper()
+	var ids string
+	err := conn.QueryRow(t.Context(), fmt.Sprintf(
+		`SELECT array_agg(message_id)::text FROM (SELECT message_id FROM %s WHERE status = $1 ORDER BY random() LIMIT $2) AS s`,
+		pgx.Identifier{q.table}.Sanitize()), q.inFlight, n).Scan(&ids)
+	require.NoError(t, err)
+	return ids
+}
+
+// explainWrite runs a generated fenced write under EXPLAIN (ANALYZE,
+// BUFFERS) as a prepared statement, with planMode as plan_cache_mode, for
+// the leases ids (a uuid[] literal) of owner 'seed' at generation 1, in a
+// transaction it rolls back. EXECUTE takes literals, so each parameter
+// gets one by its type: the statements have at most one of each.
+func explainWrite(t *testing.T, conn *pgx.Conn, sql, planMode, ids string) planNode {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", planMode)
+	require.NoError(t, err)
+	sd, err := tx.Prepare(ctx, "fenced_write", sql)
+	require.NoError(t, err)
+	n := strings.Count(ids, ",") + 1
+	literal := map[uint32]string{
+		pgtype.UUIDArrayOID:     pgQuote(ids) + "::uuid[]",
+		pgtype.Int8ArrayOID:     pgQuote("{"+strings.Repeat("1,", n-1)+"1}") + "::bigint[]",
+		pgtype.TextOID:          "'seed'",
+		pgtype.TimestamptzOID:   "NULL",
+		pgtype.IntervalOID:      "'30 seconds'",
+		pgtype.IntervalArrayOID: pgQuote("{"+strings.Repeat("1 second,", n-1)+"1 second}") + "::interval[]",
+		pgtype.TextArrayOID:     pgQuote("{"+strings.Repeat("e,", n-1)+"e}") + "::text[]",
+	}
+	args := make([]string, len(sd.ParamOIDs))
+	for i, oid := range sd.ParamOIDs {
+		l, ok := literal[oid]
+		require.True(t, ok, "parameter $%d has type oid %d: add a literal for it", i+1, oid)
+		args[i] = l
+	}
+	var out []struct{ Plan planNode }
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE fenced_write("+strings.Join(args, ", ")+")").Scan(&out)
+	require.NoError(t, err)
+	require.NoError(t, tx.Conn().Deallocate(ctx, "fenced_write"))
+	require.Len(t, out, 1)
+	return out[0].Plan
+}
+
+// pgQuote quotes s as an SQL string literal.
+func pgQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // connect opens a connection to a fresh migrated database.
 func connect(t *testing.T) *pgx.Conn {

@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/leasestore/leasestore/gen"
 )
 
 // ClaimPlan is how PostgreSQL ran one claim: the plan and what it cost, from
@@ -188,56 +185,16 @@ type statement struct {
 }
 
 // claimStatement returns the claim statement and arguments that Claim
-// sends for r, captured from the generated query function.
+// sends for r, recorded from the generated query function.
 func (s *Postgres) claimStatement(ctx context.Context, r ClaimRequest) (statement, error) {
-	var c captureDB
-	_, err := s.runClaim(ctx, &c, r)
-	if !errors.Is(err, errCaptured) || c.sql == "" {
+	var rec recordDB
+	_, err := s.runClaim(ctx, &rec, r)
+	stmt, ok := rec.first()
+	if !errors.Is(err, errCaptured) || !ok {
 		return statement{}, fmt.Errorf("leasing: capture claim statement: %v", err)
 	}
-	return statement{sql: c.sql, args: c.args}, nil
+	return stmt, nil
 }
-
-// errCaptured is what captureDB returns instead of running a statement.
-var errCaptured = errors.New("leasing: statement captured, not run")
-
-// captureDB is a gen.DBTX that records the SQL text and arguments of the
-// first statement a generated method sends, and runs nothing.
-type captureDB struct {
-	sql  string
-	args []any
-}
-
-var _ gen.DBTX = (*captureDB)(nil)
-
-func (c *captureDB) record(sql string, args []any) {
-	if c.sql == "" {
-		c.sql, c.args = sql, args
-	}
-}
-
-func (c *captureDB) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c.record(sql, args)
-	return pgconn.CommandTag{}, errCaptured
-}
-
-func (c *captureDB) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c.record(sql, args)
-	return nil, errCaptured
-}
-
-func (c *captureDB) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	c.record(sql, args)
-	return errRow{}
-}
-
-func (c *captureDB) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
-	return 0, errCaptured
-}
-
-type errRow struct{}
-
-func (errRow) Scan(...any) error { return errCaptured }
 
 // explainNode is one plan node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
 type explainNode struct {

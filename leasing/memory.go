@@ -320,6 +320,30 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 	return released, nil
 }
 
+// CompleteAndClaim implements Store.CompleteAndClaim: Complete, then
+// Claim, after validating both inputs and checking ctx once.
+func (m *Memory) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error) {
+	if len(done) > 0 {
+		if _, err := validateLeases(m.queue, done); err != nil {
+			return WriteResult{}, nil, err
+		}
+	}
+	if err := r.Validate(); err != nil {
+		return WriteResult{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, nil, err
+	}
+	// Past this point both halves run: a cancellation must not split them.
+	ctx = context.WithoutCancel(ctx)
+	res := WriteResult{Outcomes: []MessageOutcome{}}
+	if len(done) > 0 {
+		res, _ = m.Complete(ctx, done...)
+	}
+	leases, _ := m.Claim(ctx, r)
+	return res, leases, nil
+}
+
 // Complete implements Store.Complete.
 func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, error) {
 	if _, err := validateLeases(m.queue, leases); err != nil {

@@ -24,7 +24,14 @@ type PostgresOptions struct {
 
 // Postgres is the PostgreSQL Store for one queue, over a pgx pool and the
 // sqlc queries in db/queries. Each method runs one statement in its own
-// transaction (autocommit); EnqueueTx joins the caller's transaction.
+// transaction (autocommit); EnqueueTx joins the caller's transaction, and
+// CompleteAndClaim runs two statements in one.
+//
+// Claim, CompleteAndClaim, Renew, Release, Complete, Fail and DeadLetter,
+// the calls a processor makes for every batch, send their statement in one
+// round trip after UseGenericPlans (db/queries/plans.sql): PostgreSQL reuses
+// the statement's generic plan instead of planning it again for every call.
+// The setting is local to that implicit transaction.
 type Postgres struct {
 	pool  *pgxpool.Pool
 	queue Queue
@@ -120,7 +127,8 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	rows, err := s.runClaim(ctx, s.pool, r)
+	var rows []gen.InboxClaimRow
+	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { rows, err = s.runClaim(ctx, db, r); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
@@ -170,9 +178,9 @@ func (s *Postgres) Renew(ctx context.Context, leaseFor time.Duration, leases ...
 		return RenewResult{}, err
 	}
 	ids, gens := fence(leases)
-	rows, err := s.sql.renew(ctx, s.pool, gen.InboxRenewParams{
-		MessageIds: ids, LeaseGenerations: gens, LeaseOwner: owner, Now: s.pinned(), LeaseFor: leaseFor,
-	})
+	params := gen.InboxRenewParams{MessageIds: ids, LeaseGenerations: gens, LeaseOwner: owner, Now: s.pinned(), LeaseFor: leaseFor}
+	var rows []gen.InboxRenewRow
+	err = s.pipeline(ctx, func(db gen.DBTX) (err error) { rows, err = s.sql.renew(ctx, db, params); return err })
 	if err != nil {
 		return RenewResult{}, fmt.Errorf("leasing: renew %s: %w", s.queue, err)
 	}
@@ -190,10 +198,8 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 		return WriteResult{}, err
 	}
 	ids, gens := fence(leases)
-	out, err := s.sql.release(ctx, s.pool, gen.InboxReleaseParams{
-		MessageIds: ids, LeaseGenerations: gens, Now: s.pinned(), LeaseOwner: owner,
-	})
-	return s.writeResult("release", out, err)
+	params := gen.InboxReleaseParams{MessageIds: ids, LeaseGenerations: gens, Now: s.pinned(), LeaseOwner: owner}
+	return s.write(ctx, "release", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.release(ctx, db, params) })
 }
 
 // ReleaseOrphans implements Store.ReleaseOrphans with one statement.
@@ -218,10 +224,44 @@ func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, 
 		return WriteResult{}, err
 	}
 	ids, gens := fence(leases)
-	out, err := s.sql.complete(ctx, s.pool, gen.InboxCompleteParams{
-		LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned(),
-	})
-	return s.writeResult("complete", out, err)
+	params := gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}
+	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, params) })
+}
+
+// CompleteAndClaim implements Store.CompleteAndClaim: the Complete
+// statement and the Claim statement go to the server in one pgx.Batch, one
+// network round trip, and commit together in one implicit transaction (one
+// WAL flush). With no done leases it is Claim.
+func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error) {
+	if len(done) == 0 {
+		leases, err := s.Claim(ctx, r)
+		return WriteResult{Outcomes: []MessageOutcome{}}, leases, err
+	}
+	owner, err := validateLeases(s.queue, done)
+	if err == nil {
+		err = r.Validate()
+	}
+	if err != nil {
+		return WriteResult{}, nil, err
+	}
+	ids, gens := fence(done)
+	params := gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}
+	var (
+		outcomes []MessageOutcome
+		rows     []gen.InboxClaimRow
+	)
+	err = s.pipeline(ctx,
+		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, params); return err },
+		func(db gen.DBTX) (err error) { rows, err = s.runClaim(ctx, db, r); return err },
+	)
+	if err != nil {
+		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
+	}
+	leases := make([]Lease, len(rows))
+	for i, row := range rows {
+		leases[i] = s.leaseOf(row)
+	}
+	return WriteResult{Outcomes: outcomes}, leases, nil
 }
 
 // Fail implements Store.Fail with one statement for the batch.
@@ -231,11 +271,11 @@ func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, 
 		return WriteResult{}, err
 	}
 	ids, gens, delays, texts := failureColumns(failures)
-	out, err := s.sql.fail(ctx, s.pool, gen.InboxFailParams{
+	params := gen.InboxFailParams{
 		LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, RetryDelays: delays,
 		LastErrors: texts, Now: s.pinned(),
-	})
-	return s.writeResult("fail", out, err)
+	}
+	return s.write(ctx, "fail", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.fail(ctx, db, params) })
 }
 
 // DeadLetter implements Store.DeadLetter with one statement for the batch.
@@ -245,13 +285,15 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 		return WriteResult{}, err
 	}
 	ids, gens, _, texts := failureColumns(failures)
-	out, err := s.sql.deadLetter(ctx, s.pool, gen.InboxDeadLetterParams{
-		LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, LastErrors: texts, Now: s.pinned(),
-	})
-	return s.writeResult("dead-letter", out, err)
+	params := gen.InboxDeadLetterParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, LastErrors: texts, Now: s.pinned()}
+	return s.write(ctx, "dead-letter", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.deadLetter(ctx, db, params) })
 }
 
-func (s *Postgres) writeResult(op string, out []MessageOutcome, err error) (WriteResult, error) {
+// write runs one fenced write statement (see pipeline) and wraps its error
+// with op and the queue.
+func (s *Postgres) write(ctx context.Context, op string, stmt func(gen.DBTX) ([]MessageOutcome, error)) (WriteResult, error) {
+	var out []MessageOutcome
+	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { out, err = stmt(db); return err })
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
 	}

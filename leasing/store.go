@@ -51,6 +51,19 @@ type Store interface {
 	// Complete writes the queue's success state (completed or published).
 	Complete(ctx context.Context, leases ...Lease) (WriteResult, error)
 
+	// CompleteAndClaim does Complete for done and then Claim for r as one
+	// call: a worker that claims, handles and completes batches in a loop
+	// pays one round trip and one commit per batch instead of two. done may
+	// be empty (the loop's first call); its owner need not be r.Owner. Both
+	// inputs are validated before anything runs. Returns the outcomes of
+	// done, in input order, and the new leases, as Claim orders them.
+	//
+	// The two writes commit together or not at all: on an error neither took
+	// effect, unless the connection broke after the commit, when the caller
+	// cannot tell; retrying the completes is safe either way (they are fenced
+	// and report already_applied).
+	CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error)
+
 	// Fail writes failed: the message is due again RetryAfter from the
 	// store's now, with Error as its last error.
 	Fail(ctx context.Context, failures ...Failure) (WriteResult, error)

@@ -47,8 +47,8 @@ type Config struct {
 	// Workers is the number of draining workers, each on its own
 	// connection. Defaults to 4.
 	Workers int
-	// BatchSize is the claim batch size; each claim is followed by one
-	// Complete of the whole batch. Defaults to 100.
+	// BatchSize is the claim batch size; each batch is completed whole, in
+	// the same CompleteAndClaim call that claims the next. Defaults to 100.
 	BatchSize int
 	// LeaseFor is the lease duration of each claim. Defaults to 5 minutes,
 	// so that no lease expires during a drain.
@@ -65,6 +65,10 @@ type Config struct {
 	// were drained: an experiment in cleaning up more often than autovacuum.
 	// Defaults to 0, none.
 	VacuumEvery int
+	// TwoRoundTrips makes each leasing worker step a Complete call and then
+	// a Claim call, as the raw-SQL loop does, instead of one
+	// CompleteAndClaim call. Defaults to false.
+	TwoRoundTrips bool
 	// PlainPgx leaves the workers' connections as pgx makes them, without
 	// leasing.RegisterTypes. Defaults to false: registered, as recommended.
 	PlainPgx bool
@@ -204,11 +208,18 @@ type Drain struct {
 	// Claims counts claim calls, EmptyClaims those that returned no row.
 	Claims      int `json:"claims"`
 	EmptyClaims int `json:"empty_claims"`
-	// ClaimP50Ms ... CompleteP99Ms are leasing only.
-	ClaimP50Ms    float64 `json:"claim_p50_ms,omitempty"`
-	ClaimP99Ms    float64 `json:"claim_p99_ms,omitempty"`
-	CompleteP50Ms float64 `json:"complete_p50_ms,omitempty"`
-	CompleteP99Ms float64 `json:"complete_p99_ms,omitempty"`
+	// RoundTrips is the leasing drain's round trips per batch: 1 when
+	// each step was one CompleteAndClaim call, 2 with Config.TwoRoundTrips.
+	RoundTrips int `json:"round_trips,omitempty"`
+	// ClaimP50Ms ... CompleteAndClaimP99Ms are leasing only: Claim and
+	// Complete calls made on their own (with TwoRoundTrips, and the first
+	// claim and last complete of each worker), and CompleteAndClaim calls.
+	ClaimP50Ms            float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99Ms            float64 `json:"claim_p99_ms,omitempty"`
+	CompleteP50Ms         float64 `json:"complete_p50_ms,omitempty"`
+	CompleteP99Ms         float64 `json:"complete_p99_ms,omitempty"`
+	CompleteAndClaimP50Ms float64 `json:"complete_and_claim_p50_ms,omitempty"`
+	CompleteAndClaimP99Ms float64 `json:"complete_and_claim_p99_ms,omitempty"`
 	// LoopAvgMs is pgbench's average latency of one claim + complete loop.
 	LoopAvgMs float64 `json:"loop_avg_ms,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.

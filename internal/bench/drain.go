@@ -97,7 +97,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 		Method: "leasing", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds(),
 		Vacuums: vac.runs, VacuumSeconds: vac.seconds,
 	}
-	var claimLat, completeLat []time.Duration
+	var claimLat, completeLat, pipelineLat []time.Duration
 	seen := make(map[uuid.UUID]struct{}, want)
 	var applied, dup int64
 	for _, w := range workers {
@@ -105,6 +105,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 		d.EmptyClaims += w.emptyClaims
 		claimLat = append(claimLat, w.claimLat...)
 		completeLat = append(completeLat, w.completeLat...)
+		pipelineLat = append(pipelineLat, w.pipelineLat...)
 		applied += w.applied
 		for _, id := range w.ids {
 			if _, ok := seen[id]; ok {
@@ -115,6 +116,11 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	d.ClaimP50Ms, d.ClaimP99Ms = percentileMs(claimLat, 0.50), percentileMs(claimLat, 0.99)
 	d.CompleteP50Ms, d.CompleteP99Ms = percentileMs(completeLat, 0.50), percentileMs(completeLat, 0.99)
+	d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms = percentileMs(pipelineLat, 0.50), percentileMs(pipelineLat, 0.99)
+	d.RoundTrips = 1
+	if cfg.TwoRoundTrips {
+		d.RoundTrips = 2
+	}
 	if err := finish(ctx, &d, pool, t, want, av0); err != nil {
 		return Drain{}, nil, err
 	}
@@ -130,66 +136,87 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 
 // workerStats is one worker's tally; only its worker writes it.
 type workerStats struct {
-	claims, emptyClaims   int
-	applied               int64
-	ids                   []uuid.UUID
-	claimLat, completeLat []time.Duration
+	claims, emptyClaims                int
+	applied                            int64
+	ids                                []uuid.UUID
+	claimLat, completeLat, pipelineLat []time.Duration
 }
 
 // work claims and completes batches until want messages were claimed in
-// all. An empty claim while messages remain (they are locked by another
-// claim, or by the sampler's rolled-back one) is retried after 1 ms.
+// all and it holds none. Each step completes the batch the previous step
+// claimed and claims the next, in one CompleteAndClaim call, or, with
+// cfg.TwoRoundTrips, in a Complete call and a Claim call. An empty claim
+// while messages remain (they are locked by another claim, or by the
+// sampler's rolled-back one) is retried after 1 ms.
 func work(ctx context.Context, cfg Config, store *leasing.Postgres, want int64, claimed, drained *atomic.Int64, st *workerStats, sampleTick chan<- struct{}, gate *sync.RWMutex) error {
-	owner := leasing.NewOwner("bench")
-	req := leasing.ClaimRequest{Owner: owner, BatchSize: cfg.BatchSize, LeaseFor: cfg.LeaseFor}
-	for claimed.Load() < want {
-		n, err := loop(ctx, store, req, claimed, st, gate)
+	req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: cfg.BatchSize, LeaseFor: cfg.LeaseFor}
+	var held []leasing.Lease
+	for len(held) > 0 || claimed.Load() < want {
+		done := len(held)
+		next, err := step(ctx, cfg, store, req, held, claimed.Load() < want, st, gate)
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			st.emptyClaims++
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		before := drained.Add(int64(n)) - int64(n)
-		if cfg.SampleEvery > 0 && (before+int64(n))/int64(cfg.SampleEvery) > before/int64(cfg.SampleEvery) {
-			select {
-			case sampleTick <- struct{}{}:
-			default:
+		held = next
+		claimed.Add(int64(len(next)))
+		if done > 0 {
+			before := drained.Add(int64(done)) - int64(done)
+			if cfg.SampleEvery > 0 && (before+int64(done))/int64(cfg.SampleEvery) > before/int64(cfg.SampleEvery) {
+				select {
+				case sampleTick <- struct{}{}:
+				default:
+				}
 			}
+		}
+		if len(next) == 0 && done == 0 {
+			time.Sleep(time.Millisecond)
 		}
 	}
 	return nil
 }
 
-// loop claims one batch and completes it, under a read lock of gate, and
-// returns the number of messages it completed.
-func loop(ctx context.Context, store *leasing.Postgres, req leasing.ClaimRequest, claimed *atomic.Int64, st *workerStats, gate *sync.RWMutex) (int, error) {
+// step completes held (when not empty) and, when claim is set, claims the
+// next batch, under a read lock of gate. It returns the new leases.
+func step(ctx context.Context, cfg Config, store *leasing.Postgres, req leasing.ClaimRequest, held []leasing.Lease, claim bool, st *workerStats, gate *sync.RWMutex) ([]leasing.Lease, error) {
 	gate.RLock()
 	defer gate.RUnlock()
+	var (
+		res  leasing.WriteResult
+		next []leasing.Lease
+		err  error
+	)
 	t0 := time.Now()
-	leases, err := store.Claim(ctx, req)
+	switch {
+	case len(held) > 0 && claim && !cfg.TwoRoundTrips:
+		res, next, err = store.CompleteAndClaim(ctx, held, req)
+		st.pipelineLat = append(st.pipelineLat, time.Since(t0))
+	default:
+		if len(held) > 0 {
+			if res, err = store.Complete(ctx, held...); err != nil {
+				return nil, err
+			}
+			st.completeLat = append(st.completeLat, time.Since(t0))
+		}
+		if claim {
+			t1 := time.Now()
+			next, err = store.Claim(ctx, req)
+			st.claimLat = append(st.claimLat, time.Since(t1))
+		}
+	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	t1 := time.Now()
-	st.claims++
-	st.claimLat = append(st.claimLat, t1.Sub(t0))
-	if len(leases) == 0 {
-		return 0, nil
+	if claim {
+		st.claims++
+		if len(next) == 0 {
+			st.emptyClaims++
+		}
 	}
-	claimed.Add(int64(len(leases)))
-	res, err := store.Complete(ctx, leases...)
-	if err != nil {
-		return 0, err
-	}
-	st.completeLat = append(st.completeLat, time.Since(t1))
 	st.applied += int64(res.Count(leasing.OutcomeApplied))
-	for _, l := range leases {
+	for _, l := range held {
 		st.ids = append(st.ids, l.Message.ID)
 	}
-	return len(leases), nil
+	return next, nil
 }
 
 // sample measures a claim plan each time tick fires until ctx ends.

@@ -62,6 +62,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&cfg.ExplainBatch, "explain-batch", 10, "batch size of the claims whose plan cost is measured")
 	fs.IntVar(&cfg.SampleEvery, "sample-every", 5_000, "messages between claim-cost samples during the drain; -1 for none")
 	fs.IntVar(&cfg.VacuumEvery, "vacuum-every", 0, "run VACUUM on the table every N drained messages (experiment; 0 for none)")
+	fs.BoolVar(&cfg.TwoRoundTrips, "two-round-trips", false, "claim and complete with separate calls instead of one CompleteAndClaim per batch")
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
 	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")

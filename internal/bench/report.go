@@ -26,7 +26,11 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d autovacuums",
 			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Autovacuums)
 		if d.Method == "leasing" {
-			fmt.Fprintf(&b, "\n         claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
+			if d.RoundTrips == 1 {
+				fmt.Fprintf(&b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)
+			} else {
+				fmt.Fprintf(&b, "\n         two round trips per batch: claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
+			}
 		} else {
 			fmt.Fprintf(&b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
 		}

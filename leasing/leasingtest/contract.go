@@ -415,6 +415,56 @@ var cases = []struct {
 		require.Equal(t, idsOf(order), []uuid.UUID{res.Outcomes[0].MessageID, res.Outcomes[1].MessageID, res.Outcomes[2].MessageID, res.Outcomes[3].MessageID})
 		require.Equal(t, 4, res.Count(leasing.OutcomeApplied))
 	}},
+	{"CompleteAndClaim/CompletesThenClaimsNext", func(t *testing.T, b *bundle) {
+		ids := b.enqueueN(5)
+		req := leasing.ClaimRequest{Owner: "a", BatchSize: 2, LeaseFor: lease}
+		none, first, err := b.store.CompleteAndClaim(b.ctx, nil, req)
+		require.NoError(t, err)
+		require.Empty(t, none.Outcomes)
+		require.Equal(t, ids[:2], idsOf(first))
+		res, next, err := b.store.CompleteAndClaim(b.ctx, first, req)
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeApplied, leasing.OutcomeApplied}, outcomes(res))
+		require.Equal(t, ids[:2], []uuid.UUID{res.Outcomes[0].MessageID, res.Outcomes[1].MessageID})
+		require.Equal(t, ids[2:4], idsOf(next))
+		for _, id := range ids[:2] {
+			require.Equal(t, b.q.Succeeded(), b.get(id).Status)
+		}
+		for _, l := range next {
+			row := b.get(l.Message.ID)
+			require.Equal(t, b.q.InFlight(), row.Status)
+			require.Equal(t, "a", row.LeaseOwner)
+			require.Equal(t, l.Generation, row.LeaseGeneration)
+		}
+		// A retry of the same completes reports already_applied and still claims.
+		again, last, err := b.store.CompleteAndClaim(b.ctx, first, req)
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeAlreadyApplied, leasing.OutcomeAlreadyApplied}, outcomes(again))
+		require.Equal(t, ids[4:], idsOf(last))
+		// Nothing left: the completes apply and the claim is empty, not nil.
+		_, empty, err := b.store.CompleteAndClaim(b.ctx, append(next, last...), req)
+		require.NoError(t, err)
+		require.NotNil(t, empty)
+		require.Empty(t, empty)
+		st, err := b.store.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(5), st.Depth[b.q.Succeeded()])
+	}},
+	{"CompleteAndClaim/LostLeaseDoesNotStopTheClaim", func(t *testing.T, b *bundle) {
+		ids := b.enqueueN(3)
+		stale := b.claim("a", 1)
+		b.env.Clock.Advance(2 * lease)
+		taken := b.claim("b", 1) // reclaims the expired lease
+		require.Equal(t, idsOf(stale), idsOf(taken))
+		res, next, err := b.store.CompleteAndClaim(b.ctx, stale, leasing.ClaimRequest{Owner: "a", BatchSize: 5, LeaseFor: lease})
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeLost}, outcomes(res))
+		require.ErrorIs(t, res.Err(), leasing.ErrLeaseLost)
+		require.Equal(t, ids[1:], idsOf(next))
+		row := b.get(ids[0])
+		require.Equal(t, b.q.InFlight(), row.Status)
+		require.Equal(t, "b", row.LeaseOwner)
+	}},
 	{"Release/ClaimableAtOnceWithoutBurningAttempt", func(t *testing.T, b *bundle) {
 		id := b.enqueueN(1)[0]
 		l := b.claim("a", 1)[0]
@@ -635,10 +685,26 @@ func badInput(t *testing.T, b *bundle) {
 		"release other queue":   func() error { _, err := b.store.Release(b.ctx, fromOther); return err },
 		"complete unclaimed":    func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
 		"complete other queue":  func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
-		"fail negative delay":   func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
-		"fail none":             func() error { _, err := b.store.Fail(b.ctx); return err },
-		"dead-letter other":     func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
-		"enqueue none":          func() error { _, err := b.store.Enqueue(b.ctx); return err },
+		"complete and claim bad request": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{held}, with(func(r *leasing.ClaimRequest) { r.BatchSize = 0 }))
+			return err
+		},
+		"complete and claim other queue": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{fromOther}, good)
+			return err
+		},
+		"complete and claim unclaimed": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{unclaimed}, good)
+			return err
+		},
+		"claim after nothing, bad owner": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, nil, with(func(r *leasing.ClaimRequest) { r.Owner = "" }))
+			return err
+		},
+		"fail negative delay": func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
+		"fail none":           func() error { _, err := b.store.Fail(b.ctx); return err },
+		"dead-letter other":   func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
+		"enqueue none":        func() error { _, err := b.store.Enqueue(b.ctx); return err },
 		"enqueue payload too big": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes+1)})
 			return err
