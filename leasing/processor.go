@@ -119,9 +119,17 @@ type ProcessorOptions struct {
 	// poll interval ends.
 	WorkSignal WorkSignal
 	// OnError, when not nil, receives the errors the processor handles by
-	// trying again later: claim, renew and outcome-write failures. It may
-	// be called from several goroutines at once and must not block.
+	// trying again later: claim, renew and outcome-write failures, and
+	// vacuum policy failures (ErrVacuumNotAllowed once, when the user may
+	// not VACUUM the table). It may be called from several goroutines at
+	// once and must not block.
 	OnError func(error)
+	// Vacuum is the policy by which the processor vacuums its queue's
+	// table while it runs, on a store that can (Postgres; see
+	// Postgres.KeepVacuumed): every processor of a queue may run it, at
+	// most one VACUUM runs at a time. The zero value is on, with the
+	// defaults; set Disabled to leave the table to autovacuum.
+	Vacuum VacuumPolicy
 }
 
 // resolve returns o with defaults filled in and checked for queue q.
@@ -165,6 +173,10 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 	}
 	if o.PollInterval < 0 {
 		return o, argumentError("poll interval", "must be positive, got %s", o.PollInterval)
+	}
+	var err error
+	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
+		return o, err
 	}
 	o.Retry = o.Retry.withDefaults()
 	if err := o.Retry.validate(); err != nil {
@@ -227,6 +239,10 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 //     delay and ErrShutdown's text: the attempt counts, but a shutdown never
 //     dead-letters, the next attempt decides. One that returns nil is
 //     written as succeeded.
+//   - Vacuum: on a Postgres store the processor runs Postgres.KeepVacuumed
+//     with the Vacuum policy while it runs: VACUUM of the queue's table
+//     once enough rows died, so that claims do not read ever more dead
+//     index entries between two autovacuum visits.
 //
 // Clocks: lease expiry and visibility are the store's clock. The processor
 // uses its own monotonic clock only for its timers and to bound each lease
@@ -340,13 +356,29 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.heartbeat(hbCtx)
 	}()
 
+	vacCtx, stopVacuum := context.WithCancel(base)
+	vacDone := make(chan struct{})
+	go func() {
+		defer close(vacDone)
+		if v, ok := p.store.(vacuumer); ok {
+			_ = v.KeepVacuumed(vacCtx, p.opts.Vacuum, p.report) // the policy was validated by resolve
+		}
+	}()
+
 	r := &run{p: p, base: base, w: w, freed: make(chan struct{}, p.opts.Concurrency), retry: make(chan struct{}, 1)}
 	w.onRetry = r.retrySoon
 	r.loop(ctx)
 	r.shutdown()
 	stopHeartbeat()
+	stopVacuum()
 	<-hbDone
+	<-vacDone
 	return nil
+}
+
+// vacuumer is a Store that can run a VacuumPolicy on its table.
+type vacuumer interface {
+	KeepVacuumed(ctx context.Context, policy VacuumPolicy, onError func(error)) error
 }
 
 // Stop starts shutdown, as cancelling Run's context does, and waits for Run

@@ -44,6 +44,10 @@ const (
 	StatusDeadLettered Status = "dead_lettered"
 )
 
+// Table returns the table that holds queue q's rows: "inbox_messages" or
+// "outbox_messages".
+func (q Queue) Table() string { return string(q) + "_messages" }
+
 // InFlight returns the status of a leased row: processing for the inbox,
 // publishing for the outbox.
 func (q Queue) InFlight() Status {

@@ -22,7 +22,7 @@ const listenerCloseTimeout = 5 * time.Second
 // Channel returns the NOTIFY channel of queue q: its table name,
 // "inbox_messages" or "outbox_messages". The trigger of migration 00003
 // notifies it, without payload, once per statement that inserts rows.
-func (q Queue) Channel() string { return string(q) + "_messages" }
+func (q Queue) Channel() string { return q.Table() }
 
 // ListenerOptions configures a Listener. The zero value of each field
 // takes its documented default.

@@ -7,3 +7,4 @@
 -- setting ends with the transaction and never reaches the caller's session.
 -- name: UseGenericPlans :exec
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+

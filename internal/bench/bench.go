@@ -60,11 +60,10 @@ type Config struct {
 	// samples during the leasing drain; negative turns sampling off.
 	// Defaults to 5,000.
 	SampleEvery int
-	// VacuumEvery, when positive, makes the leasing drain run VACUUM on the
-	// table from a connection of its own each time this many more messages
-	// were drained: an experiment in cleaning up more often than autovacuum.
-	// Defaults to 0, none.
-	VacuumEvery int
+	// Vacuum is the vacuum policy both drains run on the table from a
+	// connection of their own (leasing.Postgres.KeepVacuumed), as
+	// processors do. Defaults to the processors' default: on.
+	Vacuum leasing.VacuumPolicy
 	// TwoRoundTrips makes each leasing worker step a Complete call and then
 	// a Claim call, as the raw-SQL loop does, instead of one
 	// CompleteAndClaim call. Defaults to false.
@@ -224,10 +223,9 @@ type Drain struct {
 	LoopAvgMs float64 `json:"loop_avg_ms,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.
 	Autovacuums int64 `json:"autovacuums"`
-	// Vacuums counts the VACUUMs Config.VacuumEvery ran, VacuumSeconds
-	// their total time.
-	Vacuums       int     `json:"vacuums,omitempty"`
-	VacuumSeconds float64 `json:"vacuum_seconds,omitempty"`
+	// Vacuums counts the other VACUUMs of the table during the drain: the
+	// vacuum policy's.
+	Vacuums int64 `json:"vacuums"`
 	// Verified is true when every row was completed exactly once and no
 	// other row changed; Problem says what failed otherwise.
 	Verified bool   `json:"verified"`
@@ -268,8 +266,10 @@ type Sample struct {
 	LiveMs      float64 `json:"live_claim_ms"`
 	// DeadTuples is the table's dead row estimate at the sample.
 	DeadTuples int64 `json:"dead_tuples"`
-	// Autovacuums is the table's autovacuum count when the sample was taken.
+	// Autovacuums and Vacuums are the table's autovacuum and other VACUUM
+	// counts when the sample was taken.
 	Autovacuums int64 `json:"autovacuums"`
+	Vacuums     int64 `json:"vacuums"`
 }
 
 // Run creates a database next to cfg.AdminURL, migrates and fills it, and

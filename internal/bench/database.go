@@ -157,8 +157,12 @@ func (v verification) problem(want int64) string {
 	return ""
 }
 
-// tableStats returns t's autovacuum count and dead tuple estimate.
-func tableStats(ctx context.Context, pool *pgxpool.Pool, t table) (autovacuums, deadTuples int64, err error) {
+// vacuumCounts is how many VACUUMs of t ran so far, by autovacuum and
+// by anyone else (here: the drains' vacuum policy).
+type vacuumCounts struct{ auto, manual int64 }
+
+// tableStats returns t's VACUUM counts and dead tuple estimate.
+func tableStats(ctx context.Context, pool *pgxpool.Pool, t table) (vacuumCounts, int64, error) {
 	h, err := gen.New().DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.name})
-	return h.AutovacuumCount, h.DeadTuples, err
+	return vacuumCounts{auto: h.AutovacuumCount, manual: h.VacuumCount}, h.DeadTuples, err
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -42,7 +41,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 			return Drain{}, nil, err
 		}
 	}
-	av0, _, err := tableStats(ctx, pool, t)
+	vac0, _, err := tableStats(ctx, pool, t)
 	if err != nil {
 		return Drain{}, nil, err
 	}
@@ -61,8 +60,10 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	go func() {
 		samplerDone <- sample(runCtx, stores[cfg.Workers], pool, t, cfg.ExplainBatch, &drained, sampleTick, &gate)
 	}()
-	vacuumDone := make(chan vacuumStats, 1)
-	go func() { vacuumDone <- vacuumLoop(runCtx, pool, t, cfg.VacuumEvery, &drained) }()
+	stopVacuum, err := keepVacuumed(runCtx, cfg, pool)
+	if err != nil {
+		return Drain{}, nil, err
+	}
 	stopProgress := progress.drain("leasing", want, &drained)
 
 	start := time.Now()
@@ -82,9 +83,8 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
-	vac := <-vacuumDone
-	if vac.err != nil {
-		return Drain{}, nil, vac.err
+	if err := stopVacuum(); err != nil {
+		return Drain{}, nil, err
 	}
 	if failed.Load() {
 		return Drain{}, nil, context.Cause(runCtx)
@@ -95,7 +95,6 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 
 	d := Drain{
 		Method: "leasing", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds(),
-		Vacuums: vac.runs, VacuumSeconds: vac.seconds,
 	}
 	var claimLat, completeLat, pipelineLat []time.Duration
 	seen := make(map[uuid.UUID]struct{}, want)
@@ -121,7 +120,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	if cfg.TwoRoundTrips {
 		d.RoundTrips = 2
 	}
-	if err := finish(ctx, &d, pool, t, want, av0); err != nil {
+	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, nil, err
 	}
 	switch {
@@ -239,51 +238,47 @@ func sample(ctx context.Context, store *leasing.Postgres, pool *pgxpool.Pool, t 
 		if err != nil {
 			continue
 		}
-		av, dead, _ := tableStats(ctx, pool, t)
+		vac, dead, _ := tableStats(ctx, pool, t)
 		out = append(out, Sample{
 			Drained: at, Rows: quiet.Rows, Buffers: quiet.Buffers, Ms: ms(quiet.Duration),
 			LiveRows: live.Rows, LiveBuffers: live.Buffers, LiveMs: ms(live.Duration),
-			DeadTuples: dead, Autovacuums: av,
+			DeadTuples: dead, Autovacuums: vac.auto, Vacuums: vac.manual,
 		})
 	}
 }
 
-type vacuumStats struct {
-	runs    int
-	seconds float64
-	err     error
-}
-
-// vacuumLoop runs VACUUM on t each time every more messages were drained,
-// until ctx ends; every <= 0 runs nothing.
-func vacuumLoop(ctx context.Context, pool *pgxpool.Pool, t table, every int, drained *atomic.Int64) vacuumStats {
-	var st vacuumStats
-	if every <= 0 {
-		return st
+// keepVacuumed runs the vacuum policy of cfg on the table during a drain,
+// as processors do (leasing.Postgres.KeepVacuumed), until stop is called;
+// stop returns the first error the policy reported.
+func keepVacuumed(ctx context.Context, cfg Config, pool *pgxpool.Pool) (stop func() error, err error) {
+	store, err := leasing.NewPostgres(pool, cfg.Queue, leasing.PostgresOptions{})
+	if err != nil {
+		return nil, err
 	}
-	stmt := "VACUUM (INDEX_CLEANUP ON) " + pgx.Identifier{t.name}.Sanitize()
-	last := int64(0)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return st
-		case <-tick.C:
-		}
-		if n := drained.Load(); n-last >= int64(every) {
-			last = n
-			start := time.Now()
-			if _, err := pool.Exec(ctx, stmt); err != nil {
-				if ctx.Err() == nil {
-					st.err = fmt.Errorf("bench: vacuum: %w", err)
-				}
-				return st
-			}
-			st.runs++
-			st.seconds += time.Since(start).Seconds()
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	onError := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = fmt.Errorf("bench: vacuum policy: %w", err)
 		}
 	}
+	done := make(chan error, 1)
+	go func() { done <- store.KeepVacuumed(ctx, cfg.Vacuum, onError) }()
+	return func() error {
+		cancel()
+		err := <-done
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return first
+	}, nil
 }
 
 func steadyOf(samples []Sample, clean int64, batch int) *Steady {
@@ -318,19 +313,19 @@ func spread(v []int64, clean int64) (p50, maxV int64, ratio float64) {
 	return p50, maxV, ratio
 }
 
-// finish verifies the table after a drain and records the autovacuum runs
-// since av0.
-func finish(ctx context.Context, d *Drain, pool *pgxpool.Pool, t table, want, av0 int64) error {
+// finish verifies the table after a drain and records the VACUUMs run
+// since vac0.
+func finish(ctx context.Context, d *Drain, pool *pgxpool.Pool, t table, want int64, vac0 vacuumCounts) error {
 	v, err := verify(ctx, pool, t)
 	if err != nil {
 		return fmt.Errorf("bench: verify: %w", err)
 	}
 	d.Problem = v.problem(want)
 	d.Verified = d.Problem == ""
-	av, _, err := tableStats(ctx, pool, t)
+	vac, _, err := tableStats(ctx, pool, t)
 	if err != nil {
 		return err
 	}
-	d.Autovacuums = av - av0
+	d.Autovacuums, d.Vacuums = vac.auto-vac0.auto, vac.manual-vac0.manual
 	return nil
 }

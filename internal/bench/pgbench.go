@@ -93,7 +93,11 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 		"--define=lease_for=" + strconv.FormatInt(int64(cfg.LeaseFor/time.Second), 10) + " seconds",
 		dbURL,
 	}
-	av0, _, err := tableStats(ctx, pool, t)
+	vac0, _, err := tableStats(ctx, pool, t)
+	if err != nil {
+		return Drain{}, err
+	}
+	stopVacuum, err := keepVacuumed(ctx, cfg, pool)
 	if err != nil {
 		return Drain{}, err
 	}
@@ -105,6 +109,9 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 	err = cmd.Run()
 	elapsed := time.Since(start)
 	progress.done()
+	if vacErr := stopVacuum(); err == nil && vacErr != nil {
+		return Drain{}, vacErr
+	}
 	if err != nil {
 		return Drain{}, fmt.Errorf("bench: pgbench: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
@@ -123,7 +130,7 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 		Method: "pgbench", Seconds: seconds, MessagesPerSecond: float64(want) / seconds,
 		Claims: int(txns), LoopAvgMs: lat,
 	}
-	if err := finish(ctx, &d, pool, t, want, av0); err != nil {
+	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, err
 	}
 	return d, nil

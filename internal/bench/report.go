@@ -23,8 +23,8 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 		if d == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d autovacuums",
-			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Autovacuums)
+		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
+			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
 		if d.Method == "leasing" {
 			if d.RoundTrips == 1 {
 				fmt.Fprintf(&b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)
@@ -33,9 +33,6 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 			}
 		} else {
 			fmt.Fprintf(&b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
-		}
-		if d.Vacuums > 0 {
-			fmt.Fprintf(&b, "; %d VACUUMs took %.2f s", d.Vacuums, d.VacuumSeconds)
 		}
 		if d.Verified {
 			fmt.Fprintf(&b, "; verified: every message completed exactly once\n")

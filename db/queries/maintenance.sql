@@ -1,0 +1,30 @@
+-- InboxVacuum removes dead row versions of inbox_messages and their index
+-- entries. Each claim and each outcome write leaves one dead entry at the
+-- head of the claim indexes; until VACUUM deletes them every claim reads
+-- past them. INDEX_CLEANUP ON: clean the indexes even when few heap rows
+-- are dead. SKIP_LOCKED: return at once when another VACUUM holds the table.
+-- Runs outside any transaction block; needs the table owner's rights.
+-- name: InboxVacuum :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) inbox_messages;
+
+-- OutboxVacuum is InboxVacuum for outbox_messages.
+-- name: OutboxVacuum :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) outbox_messages;
+
+-- VacuumState returns, for table_name, the dead row versions the
+-- statistics count (n_dead_tup; backends report theirs about once a
+-- second), whether a VACUUM of it is running now (autovacuum's or another
+-- process's, as far as this user may see), and whether the current user
+-- may VACUUM it (member of the table owner's role or of the database
+-- owner's; superusers are members of every role). pgx.ErrNoRows when there
+-- is no such table.
+-- name: VacuumState :one
+SELECT s.n_dead_tup::bigint AS dead_rows,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_vacuum AS p
+               WHERE p.relid = s.relid)::boolean AS running,
+       (pg_catalog.pg_has_role(c.relowner, 'MEMBER')
+        OR pg_catalog.pg_has_role(d.datdba, 'MEMBER'))::boolean AS may_vacuum
+FROM pg_catalog.pg_stat_user_tables AS s
+JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
+JOIN pg_catalog.pg_database AS d ON d.datname = current_database()
+WHERE s.relid = to_regclass(@table_name::text);
