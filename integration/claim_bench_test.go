@@ -112,3 +112,37 @@ func BenchmarkClaimComplete(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompleteAndClaim measures the same loop with one
+// CompleteAndClaim call per batch: the previous batch's complete and the
+// next claim in one round trip and one commit. It reports messages/s.
+func BenchmarkCompleteAndClaim(b *testing.B) {
+	for _, batch := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			ctx := context.Background()
+			pool := dbtest.NewPool(b)
+			const refill = 20_000
+			benchFill(b, pool, refill, 0)
+			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+			require.NoError(b, err)
+			req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: batch, LeaseFor: time.Minute}
+
+			var messages int
+			var held []leasing.Lease
+			b.ResetTimer()
+			for b.Loop() {
+				res, next, err := store.CompleteAndClaim(ctx, held, req)
+				require.NoError(b, err)
+				require.NoError(b, res.Err())
+				messages += len(held)
+				held = next
+				if len(held) == 0 {
+					b.StopTimer()
+					benchRefill(b, pool, refill)
+					b.StartTimer()
+				}
+			}
+			b.ReportMetric(float64(messages)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
