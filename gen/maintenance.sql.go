@@ -38,8 +38,8 @@ const vacuumState = `-- name: VacuumState :one
 SELECT s.n_dead_tup::bigint AS dead_rows,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_vacuum AS p
                WHERE p.relid = s.relid)::boolean AS running,
-       (pg_catalog.pg_has_role(c.relowner, 'MEMBER')
-        OR pg_catalog.pg_has_role(d.datdba, 'MEMBER'))::boolean AS may_vacuum
+       (pg_catalog.pg_has_role(c.relowner, 'USAGE')
+        OR pg_catalog.pg_has_role(d.datdba, 'USAGE'))::boolean AS may_vacuum
 FROM pg_catalog.pg_stat_user_tables AS s
 JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
 JOIN pg_catalog.pg_database AS d ON d.datname = current_database()
@@ -60,8 +60,9 @@ type VacuumStateRow struct {
 // statistics count (n_dead_tup; backends report theirs about once a
 // second), whether a VACUUM of it is running now (autovacuum's or another
 // process's, as far as this user may see), and whether the current user
-// may VACUUM it (member of the table owner's role or of the database
-// owner's; superusers are members of every role). pgx.ErrNoRows when there
+// may VACUUM it (has the privileges of the table owner's role or of the
+// database owner's, as VACUUM checks them: USAGE, so a NOINHERIT member
+// does not count; superusers have every role's). pgx.ErrNoRows when there
 // is no such table.
 func (q *Queries) VacuumState(ctx context.Context, db DBTX, arg VacuumStateParams) (VacuumStateRow, error) {
 	row := db.QueryRow(ctx, vacuumState, arg.TableName)

@@ -96,8 +96,10 @@ func (r replayDB) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFr
 // generic plan is then reused (the claim's and the fenced writes' generic
 // plans are their custom index plans; integration/plan_test.go checks both).
 // Planning the claim for every call costs more than running it at small
-// batches. It returns the first error: a step's, or the batch's when a
-// statement failed (then no statement took effect).
+// batches. It returns the first error: a step's, or the batch's. When
+// the server failed a statement, no statement took effect; when reading a
+// result failed on the client (context ended, connection lost, decode
+// error), the batch may have committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
 	generic := func(db gen.DBTX) error { return gen.New().UseGenericPlans(ctx, db) }
 	steps = append([]func(gen.DBTX) error{generic}, steps...)

@@ -368,11 +368,11 @@ func (p *Processor) Run(ctx context.Context) error {
 	r := &run{p: p, base: base, w: w, freed: make(chan struct{}, p.opts.Concurrency), retry: make(chan struct{}, 1)}
 	w.onRetry = r.retrySoon
 	r.loop(ctx)
+	stopVacuum() // frees its pool connection for the shutdown's writes
+	<-vacDone
 	r.shutdown()
 	stopHeartbeat()
-	stopVacuum()
 	<-hbDone
-	<-vacDone
 	return nil
 }
 

@@ -58,10 +58,12 @@ type Store interface {
 	// inputs are validated before anything runs. Returns the outcomes of
 	// done, in input order, and the new leases, as Claim orders them.
 	//
-	// The two writes commit together or not at all: on an error neither took
-	// effect, unless the connection broke after the commit, when the caller
-	// cannot tell; retrying the completes is safe either way (they are fenced
-	// and report already_applied).
+	// The two writes commit together or not at all: on an error the server
+	// returned neither took effect; on a client-side error (context ended or
+	// connection lost while the reply was read) both may have committed and
+	// the caller cannot tell. Retrying the completes is safe either way
+	// (they are fenced and report already_applied); leases claimed by a call
+	// that returned an error expire, or ReleaseOrphans returns them.
 	CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error)
 
 	// Fail writes failed: the message is due again RetryAfter from the

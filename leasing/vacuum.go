@@ -52,7 +52,7 @@ type VacuumPolicy struct {
 	// VACUUM, in (0, 1]: after a VACUUM that took d, the next one starts
 	// no sooner than d/DutyCycle after the first began. VACUUM reads every
 	// page of every index of the table, so on a table of many millions of
-	// rows it runs less often. Defaults to DefaultVacuumDutyCycle (0.2).
+	// rows it runs less often. Defaults to DefaultVacuumDutyCycle (0.5).
 	DutyCycle float64
 }
 
@@ -94,8 +94,9 @@ type Vacuum struct {
 // VacuumIfDead runs VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) on the queue's
 // table (db/queries/maintenance.sql) when PostgreSQL's statistics count at
 // least deadRows (> 0) dead row versions in it and no VACUUM of it is
-// running. VACUUM runs on a pool connection outside any transaction;
-// concurrent callers are safe (one vacuums, the others skip).
+// running. VACUUM holds one pool connection, outside any transaction, for
+// as long as it runs: size the pool with one connection to spare for it.
+// Concurrent callers are safe (one vacuums, the others skip).
 //
 // Errors: an *ArgumentError for deadRows <= 0; ErrVacuumNotAllowed when
 // the user may not VACUUM the table (nothing is sent); otherwise the
