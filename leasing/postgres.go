@@ -132,11 +132,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	leases := make([]Lease, len(rows))
-	for i, row := range rows {
-		leases[i] = s.leaseOf(row)
-	}
-	return leases, nil
+	return s.leasesOf(rows), nil
 }
 
 // runClaim sends the claim statement for r on db: the tenant's claim when
@@ -150,6 +146,15 @@ func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([
 	return s.sql.claim(ctx, db, gen.InboxClaimParams{
 		Now: s.pinned(), BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
 	})
+}
+
+// leasesOf converts claimed rows to leases, in the rows' order.
+func (s *Postgres) leasesOf(rows []gen.InboxClaimRow) []Lease {
+	leases := make([]Lease, len(rows))
+	for i, row := range rows {
+		leases[i] = s.leaseOf(row)
+	}
+	return leases
 }
 
 func (s *Postgres) leaseOf(r gen.InboxClaimRow) Lease {
@@ -219,13 +224,22 @@ func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid
 
 // Complete implements Store.Complete with one statement for the batch.
 func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, error) {
-	owner, err := validateLeases(s.queue, leases)
+	params, err := s.completeParams(leases)
 	if err != nil {
 		return WriteResult{}, err
 	}
-	ids, gens := fence(leases)
-	params := gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}
 	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, params) })
+}
+
+// completeParams validates leases and returns the complete statement's
+// parameters for them.
+func (s *Postgres) completeParams(leases []Lease) (gen.InboxCompleteParams, error) {
+	owner, err := validateLeases(s.queue, leases)
+	if err != nil {
+		return gen.InboxCompleteParams{}, err
+	}
+	ids, gens := fence(leases)
+	return gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}, nil
 }
 
 // CompleteAndClaim implements Store.CompleteAndClaim: the Complete
@@ -237,15 +251,13 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 		leases, err := s.Claim(ctx, r)
 		return WriteResult{Outcomes: []MessageOutcome{}}, leases, err
 	}
-	owner, err := validateLeases(s.queue, done)
+	params, err := s.completeParams(done)
 	if err == nil {
 		err = r.Validate()
 	}
 	if err != nil {
 		return WriteResult{}, nil, err
 	}
-	ids, gens := fence(done)
-	params := gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}
 	var (
 		outcomes []MessageOutcome
 		rows     []gen.InboxClaimRow
@@ -257,11 +269,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	leases := make([]Lease, len(rows))
-	for i, row := range rows {
-		leases[i] = s.leaseOf(row)
-	}
-	return WriteResult{Outcomes: outcomes}, leases, nil
+	return WriteResult{Outcomes: outcomes}, s.leasesOf(rows), nil
 }
 
 // Fail implements Store.Fail with one statement for the batch.
