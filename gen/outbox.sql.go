@@ -28,6 +28,11 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+      -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
+      -- the branch reads nothing.
+      AND EXISTS (SELECT FROM outbox_messages AS l
+                  WHERE l.lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+                    AND l.lease_owner IS NOT NULL)
     ORDER BY created_at, message_id
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
@@ -145,6 +150,11 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+      -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
+      -- the branch reads nothing.
+      AND EXISTS (SELECT FROM outbox_messages AS l
+                  WHERE l.lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+                    AND l.lease_owner IS NOT NULL)
       AND tenant_id = $2::text
     ORDER BY created_at, message_id
     LIMIT $3::integer
@@ -592,10 +602,12 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 
 const outboxLeaseHealth = `-- name: OutboxLeaseHealth :one
 SELECT
+    -- Leased rows are those with an expiry and an owner (the lease CHECK), so
+    -- the count reads outbox_messages_expiry_idx: expired entries only.
     (SELECT count(*)
      FROM outbox_messages
-     WHERE status = 'publishing'
-       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+     WHERE lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+       AND lease_owner IS NOT NULL
     )::bigint AS expired_leases,
     coalesce(coalesce($1::timestamptz, statement_timestamp()) - least(
         (SELECT min(created_at)

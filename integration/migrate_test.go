@@ -128,5 +128,7 @@ func requireSchema(t *testing.T, pool *pgxpool.Pool) {
 		"inbox_messages_tenant_inflight_idx",
 		"outbox_messages_tenant_ready_idx",
 		"outbox_messages_tenant_inflight_idx",
+		"inbox_messages_expiry_idx",
+		"outbox_messages_expiry_idx",
 	})
 }

@@ -44,6 +44,7 @@ var queues = []queue{
 // planNode is one node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
 type planNode struct {
 	NodeType   string     `json:"Node Type"`
+	Subplan    string     `json:"Subplan Name"`
 	IndexName  string     `json:"Index Name"`
 	ActualRows float64    `json:"Actual Rows"`
 	SharedHit  int64      `json:"Shared Hit Blocks"`
@@ -88,6 +89,7 @@ func TestClaimPlan(t *testing.T) {
 				})
 				require.Contains(t, indexes, q.table+"_ready_idx", mode)
 				require.Contains(t, indexes, q.table+"_inflight_idx", mode)
+				require.Contains(t, indexes, q.table+"_expiry_idx", mode)
 				t.Logf("%s %s: %d buffers", q.claim, mode, buffers(root))
 			}
 		})
@@ -108,6 +110,50 @@ func TestClaimPlan(t *testing.T) {
 
 			t.Logf("%s: claim of %d at %d due rows: %d buffers; at %d: %d buffers", q.claim, claimBatch, n, small, 10*n, large)
 			require.LessOrEqual(t, float64(large), 1.5*float64(small)+20)
+		})
+	}
+}
+
+// TestExpiredBranchSkipsFinishedLeases: rows leased and then finished since
+// the last VACUUM leave entries with future expiries in *_inflight_idx that
+// no scan ever kills; the claim's expired branch must not read them while no
+// lease has expired (it asks *_expiry_idx first).
+func TestExpiredBranchSkipsFinishedLeases(t *testing.T) {
+	t.Parallel()
+	for _, q := range queues {
+		t.Run(q.table, func(t *testing.T) {
+			t.Parallel()
+			conn := connect(t)
+			ctx := t.Context()
+			sql := generatedSQL(t, q.genFile, q.genConst)
+			table := pgx.Identifier{q.table}.Sanitize()
+			_, err := conn.Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = off)")
+			require.NoError(t, err)
+			seed(t, conn, q, "pending", 0, 49_999)
+			analyze(t, conn, q)
+
+			// 20,000 leases taken and finished, as a drain leaves them.
+			_, err = conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = $1, lease_owner = 'w',
+				lease_expires_at = now() + interval '1 hour', lease_generation = lease_generation + 1
+				WHERE created_at < timestamptz '2020-01-01 00:00:20Z'`, table), q.inFlight)
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = $1, %s = now(), lease_expires_at = NULL
+				WHERE status = $2`, table, pgx.Identifier{q.doneAt}.Sanitize()), q.done, q.inFlight)
+			require.NoError(t, err)
+
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				root := explainClaim(t, conn, sql, mode)
+				require.Equal(t, float64(claimBatch), root.ActualRows, mode)
+				var expired *planNode
+				walk(root, nil, func(n planNode, _ []planNode) {
+					if n.Subplan == "CTE expired" {
+						expired = &n
+					}
+				})
+				require.NotNil(t, expired, "%s: %s", mode, mustJSON(root))
+				t.Logf("%s %s: claim %d buffers, expired branch %d", q.table, mode, buffers(root), buffers(*expired))
+				require.LessOrEqual(t, buffers(*expired), int64(5), "%s: %s", mode, mustJSON(*expired))
+			}
 		})
 	}
 }

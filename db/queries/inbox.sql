@@ -21,6 +21,11 @@ WITH ready AS (
     FROM inbox_messages
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      -- Checked once, through inbox_messages_expiry_idx: while no lease has expired
+      -- the branch reads nothing.
+      AND EXISTS (SELECT FROM inbox_messages AS l
+                  WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+                    AND l.lease_owner IS NOT NULL)
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -68,6 +73,11 @@ WITH ready AS (
     FROM inbox_messages
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      -- Checked once, through inbox_messages_expiry_idx: while no lease has expired
+      -- the branch reads nothing.
+      AND EXISTS (SELECT FROM inbox_messages AS l
+                  WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+                    AND l.lease_owner IS NOT NULL)
       AND tenant_id = @tenant_id::text
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
@@ -287,10 +297,12 @@ WHERE message_id = @message_id::uuid;
 -- oldest due row (the claim head; 0 when nothing is due).
 -- name: InboxLeaseHealth :one
 SELECT
+    -- Leased rows are those with an expiry and an owner (the lease CHECK), so
+    -- the count reads inbox_messages_expiry_idx: expired entries only.
     (SELECT count(*)
      FROM inbox_messages
-     WHERE status = 'processing'
-       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+     WHERE lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+       AND lease_owner IS NOT NULL
     )::bigint AS expired_leases,
     coalesce(coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - least(
         (SELECT min(created_at)

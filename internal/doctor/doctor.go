@@ -168,7 +168,7 @@ func tableOf(q leasing.Queue) string {
 // RequiredIndexes returns the indexes queue q's statements rely on.
 func RequiredIndexes(q leasing.Queue) []string {
 	t := tableOf(q)
-	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx"}
+	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_expiry_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx"}
 	if q == leasing.Inbox {
 		idx = append(idx, "inbox_messages_idempotency_key_idx")
 	}
@@ -295,14 +295,20 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	qr.ClaimPlan, qr.ClaimIndexes, qr.ClaimBatch = plan.Nodes, plan.Indexes, opts.BatchSize
 	qr.ClaimRows, qr.ClaimBuffers, qr.ClaimMs = plan.Rows, plan.Buffers, float64(plan.Duration.Microseconds())/1000
 	qr.SeqScan, qr.SortOverEligible, qr.TempBlocks, qr.JIT = plan.SeqScan, plan.SortOverEligible, plan.TempBlocks, plan.JIT
-	for _, name := range []string{t + "_ready_idx", t + "_inflight_idx"} {
+	// On a small table a sequential scan or a sort is the planner's
+	// cheapest choice, not a fault; it switches as the table grows. The
+	// expiry probe reads one row at most, so a small table may answer it
+	// with a sequential scan too.
+	small := rows < smallTable
+	required := []string{t + "_ready_idx", t + "_inflight_idx"}
+	if !small {
+		required = append(required, t+"_expiry_idx")
+	}
+	for _, name := range required {
 		if !slices.Contains(plan.Indexes, name) {
 			problem("the claim does not use index %s: its cost grows with the table instead of the batch", name)
 		}
 	}
-	// On a small table a sequential scan or a sort is the planner's
-	// cheapest choice, not a fault; it switches as the table grows.
-	small := rows < smallTable
 	if plan.SeqScan {
 		msg := fmt.Sprintf("the claim reads the whole table (Seq Scan): check the indexes above and run ANALYZE %s", t)
 		if small {
