@@ -93,11 +93,12 @@ var equivQueues = []equivQueue{
 // TestClaimEquivalence runs the seed's claim and the generated claim on the
 // same randomized tables, each in a transaction it rolls back, and requires
 // the same ids in the same order: for many seeds, batch sizes, tenants, with
-// some rows locked by another session, and under three planner settings
-// (default, no sequential scan or sort, generic plans).
+// some rows locked by another session, with many, one or no expired leases,
+// and under three planner settings (default, no sequential scan or sort,
+// generic plans).
 func TestClaimEquivalence(t *testing.T) {
 	t.Parallel()
-	const seeds = 12
+	const seeds = 16
 	batches := []int32{1, 2, 3, 7, 10, 50, 1000}
 	tenants := []*string{nil, ptr("a"), ptr("b"), ptr("absent")}
 	modes := []string{
@@ -123,6 +124,24 @@ func TestClaimEquivalence(t *testing.T) {
 			for seed := range uint64(seeds) {
 				rng := rand.New(rand.NewPCG(seed, 0x5eed))
 				ids := loadRandomRows(t, conn.Conn(), q, rng, now)
+				// Seeds 2 and 3 mod 4: no lease has expired, so the
+				// expired branch's probe is false; 3 mod 4 then expires
+				// exactly one lease (locked by the other session when it
+				// falls in the locked tenth).
+				if seed%4 >= 2 {
+					table := pgx.Identifier{q.table}.Sanitize()
+					_, err := conn.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = $1::timestamptz + interval '1 hour'"+
+						" WHERE lease_expires_at IS NOT NULL", now)
+					require.NoError(t, err)
+					if seed%4 == 3 {
+						_, err = conn.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = $1::timestamptz - interval '1 minute'"+
+							" WHERE message_id = (SELECT message_id FROM "+table+" WHERE lease_expires_at IS NOT NULL"+
+							" ORDER BY message_id LIMIT 1)", now)
+						require.NoError(t, err)
+					}
+					_, err = conn.Exec(ctx, "ANALYZE "+table)
+					require.NoError(t, err)
+				}
 
 				// Odd seeds: another session holds row locks on a random
 				// tenth of the rows; both claims must skip them.

@@ -81,8 +81,8 @@ func (s *Postgres) ExplainClaim(ctx context.Context, batchSize int) (ClaimPlan, 
 
 // ExplainClaimGeneric is ExplainClaim with the generic plan: the plan
 // PostgreSQL reuses for a prepared claim without looking at its parameter
-// values, which it picks when it estimates it no dearer than the custom
-// plans, and always under plan_cache_mode = force_generic_plan. It prepares
+// values, and the plan Claim and CompleteAndClaim run on (they set
+// plan_cache_mode = force_generic_plan for their own transaction). It prepares
 // the claim as leasestore_explain_claim on one connection and deallocates
 // it before returning.
 //

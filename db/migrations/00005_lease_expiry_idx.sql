@@ -2,7 +2,9 @@
 -- +goose Up
 -- The expiry index answers one question before each claim reads its expired
 -- branch: has any lease expired? It is keyed by lease_expires_at alone, so the
--- answer costs a descent to the earliest expiry, however many leases are live.
+-- answer costs a descent to the earliest expiry, however many leases are live
+-- (plus the entries of finished leases whose expiry has passed and that VACUUM
+-- has not removed yet).
 -- Without it the expired branch walks *_inflight_idx from its head, and every
 -- row completed since the last VACUUM left an entry there whose (future)
 -- expiry keeps the scan from ever visiting, and so killing, it: claims then

@@ -22,10 +22,15 @@ WITH ready AS (
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
-      -- the branch reads nothing.
-      AND EXISTS (SELECT FROM outbox_messages AS l
-                  WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-                    AND l.lease_owner IS NOT NULL)
+      -- the branch reads nothing. A scalar subquery in expiry order rather
+      -- than EXISTS, which drops ORDER BY and LIMIT: a generic plan guesses
+      -- a third of the table matches and would stop a Seq Scan at the first.
+      AND (SELECT l.lease_expires_at
+           FROM outbox_messages AS l
+           WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+             AND l.lease_owner IS NOT NULL
+           ORDER BY l.lease_expires_at
+           LIMIT 1) IS NOT NULL
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -74,10 +79,15 @@ WITH ready AS (
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
-      -- the branch reads nothing.
-      AND EXISTS (SELECT FROM outbox_messages AS l
-                  WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-                    AND l.lease_owner IS NOT NULL)
+      -- the branch reads nothing. A scalar subquery in expiry order rather
+      -- than EXISTS, which drops ORDER BY and LIMIT: a generic plan guesses
+      -- a third of the table matches and would stop a Seq Scan at the first.
+      AND (SELECT l.lease_expires_at
+           FROM outbox_messages AS l
+           WHERE l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+             AND l.lease_owner IS NOT NULL
+           ORDER BY l.lease_expires_at
+           LIMIT 1) IS NOT NULL
       AND tenant_id = @tenant_id::text
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer

@@ -118,8 +118,8 @@ type QueueReport struct {
 	TempBlocks       int64 `json:"temp_blocks"`
 	JIT              bool  `json:"jit"`
 	// GenericClaimBuffers, GenericSeqScan and GenericSortOverEligible are the
-	// same for the claim's generic plan, which PostgreSQL may reuse for a
-	// prepared claim (see leasing.Postgres.ExplainClaimGeneric).
+	// same for the claim's generic plan, which leasing.Postgres runs every
+	// claim on (see leasing.Postgres.ExplainClaimGeneric).
 	GenericClaimBuffers     int64 `json:"generic_claim_buffers"`
 	GenericSeqScan          bool  `json:"generic_seq_scan"`
 	GenericSortOverEligible bool  `json:"generic_sort_over_eligible"`
@@ -337,7 +337,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	}
 	qr.GenericClaimBuffers, qr.GenericSeqScan, qr.GenericSortOverEligible = generic.Buffers, generic.SeqScan, generic.SortOverEligible
 	if !small && (generic.SeqScan || generic.SortOverEligible) {
-		warn("the claim's generic plan reads the whole table or sorts every eligible row (%d buffers): PostgreSQL uses it for prepared claims under plan_cache_mode = force_generic_plan, so leave that setting off for this database", generic.Buffers)
+		problem("the claim's generic plan, the one leasing.Postgres runs every claim on, reads the whole table or sorts every eligible row (%d buffers): run ANALYZE %s, and report it if it stays", generic.Buffers, t)
 	}
 	if plan.Buffers > opts.MaxClaimBuffers {
 		reason := "the table or its indexes carry dead entries at the FIFO head (see dead tuples and last autovacuum), or many due rows are locked by running claims"
