@@ -14,6 +14,19 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
+// benchPool returns a pool on a fresh, migrated database whose connections
+// send uuids in binary (leasing.RegisterTypes), as the README recommends.
+func benchPool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(dbtest.DatabaseURL(tb))
+	require.NoError(tb, err)
+	cfg.AfterConnect = leasing.RegisterTypes
+	pool, err := pgxpool.NewWithConfig(tb.Context(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 // benchFill inserts due pending inbox rows and, before them in FIFO order,
 // terminal (completed) rows, with generate_series, then VACUUM ANALYZE.
 func benchFill(tb testing.TB, pool *pgxpool.Pool, due, terminal int) {
@@ -51,7 +64,7 @@ func BenchmarkClaim(b *testing.B) {
 	for _, shape := range []struct{ due, terminal int }{{10_000, 0}, {100_000, 100_000}} {
 		b.Run(fmt.Sprintf("due=%d/terminal=%d/batch=10", shape.due, shape.terminal), func(b *testing.B) {
 			ctx := context.Background()
-			pool := dbtest.NewPool(b)
+			pool := benchPool(b)
 			benchFill(b, pool, shape.due, shape.terminal)
 			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 			require.NoError(b, err)
@@ -85,7 +98,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for _, batch := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
-			pool := dbtest.NewPool(b)
+			pool := benchPool(b)
 			const refill = 20_000
 			benchFill(b, pool, refill, 0)
 			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
@@ -120,7 +133,7 @@ func BenchmarkCompleteAndClaim(b *testing.B) {
 	for _, batch := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
-			pool := dbtest.NewPool(b)
+			pool := benchPool(b)
 			const refill = 20_000
 			benchFill(b, pool, refill, 0)
 			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
