@@ -55,7 +55,7 @@ var commands = []command{
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
 	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
-	{"bench", "[--messages N] [--workers W] [--batch B] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
+	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
 	{"demo", "[--keep] [--messages N] [--batch N] [--late N] [--fail N] [--throwaway auto|always|never]", "two processor instances share both queues on a fresh database", runDemo},
 }
 

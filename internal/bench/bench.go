@@ -75,6 +75,10 @@ type Config struct {
 	SkipDrain bool
 	// SkipRaw skips the pgbench baseline.
 	SkipRaw bool
+	// Rounds is the number of API + pgbench drain pairs, each on a refilled
+	// table, run alternately; the ratio reported is their median. Only the
+	// first round samples claim cost. Defaults to 1.
+	Rounds int
 	// Pgbench is the pgbench binary. Defaults to pgbench on PATH, else the
 	// newest /usr/lib/postgresql/*/bin/pgbench.
 	Pgbench string
@@ -103,6 +107,7 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.BatchSize, 100)
 	def(&cfg.ExplainBatch, 10)
 	def(&cfg.SampleEvery, 5_000)
+	def(&cfg.Rounds, 1)
 	if cfg.LeaseFor == 0 {
 		cfg.LeaseFor = 5 * time.Minute
 	}
@@ -128,6 +133,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("bench: batch size must be 1..%d, got %d", leasing.MaxBatchSize, cfg.BatchSize)
 	case cfg.ExplainBatch < 1 || cfg.ExplainBatch > leasing.MaxBatchSize:
 		return fmt.Errorf("bench: explain batch must be 1..%d, got %d", leasing.MaxBatchSize, cfg.ExplainBatch)
+	case cfg.Rounds < 1 || cfg.Rounds > 20:
+		return fmt.Errorf("bench: rounds must be 1..20, got %d", cfg.Rounds)
 	case cfg.LeaseFor < time.Second || cfg.LeaseFor > leasing.MaxLeaseDuration:
 		return fmt.Errorf("bench: lease must be 1s..%s, got %s", leasing.MaxLeaseDuration, cfg.LeaseFor)
 	}
@@ -161,17 +168,46 @@ type Result struct {
 	// CleanGeneric is the same for the claim's generic plan (see
 	// leasing.Postgres.ExplainClaimGeneric).
 	CleanGeneric ClaimCost `json:"clean_generic_claim"`
-	// API is the drain through the leasing API; nil with SkipDrain.
+	// API is the first round's drain through the leasing API; nil with
+	// SkipDrain.
 	API *Drain `json:"api,omitempty"`
-	// Raw is the pgbench drain of the same statements; nil when skipped.
+	// Raw is the first round's pgbench drain of the same statements; nil
+	// when skipped.
 	Raw *Drain `json:"raw,omitempty"`
-	// APIVsRaw is API messages/s divided by raw messages/s; 0 without both.
+	// Rounds holds every round's drains, in the order they ran (the first
+	// is API and Raw again).
+	Rounds []Round `json:"rounds,omitempty"`
+	// APIVsRaw is API messages/s divided by raw messages/s, the median over
+	// the rounds (the mean of the middle two for an even count); 0 without
+	// both drains.
 	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
 	// Steady is the claim cost sampled during the API drain; nil when
 	// sampling is off or the drain was skipped.
 	Steady *Steady `json:"steady_state,omitempty"`
 	// RawSkipped says why the raw baseline did not run, if it did not.
 	RawSkipped string `json:"raw_skipped,omitempty"`
+}
+
+// Round is one API drain and the pgbench drain after it, each on a freshly
+// filled table.
+type Round struct {
+	API *Drain `json:"api"`
+	// Raw is nil when the baseline was skipped.
+	Raw *Drain `json:"raw,omitempty"`
+	// APIVsRaw is API messages/s divided by Raw messages/s; 0 without Raw.
+	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
+}
+
+// Drains returns every drain of res, API and pgbench, in the order they ran.
+func (res Result) Drains() []*Drain {
+	var out []*Drain
+	for _, r := range res.Rounds {
+		out = append(out, r.API)
+		if r.Raw != nil {
+			out = append(out, r.Raw)
+		}
+	}
+	return out
 }
 
 // ClaimCost is the plan cost of one claim (see leasing.ClaimPlan).
@@ -274,8 +310,9 @@ type Sample struct {
 
 // Run creates a database next to cfg.AdminURL, migrates and fills it, and
 // drains it as cfg says: first through the leasing API, then (unless
-// cfg.SkipRaw) refilled the same way and drained by pgbench. It writes the
-// report, as text or JSON, to out and drops the database unless cfg.Keep.
+// cfg.SkipRaw) refilled the same way and drained by pgbench, cfg.Rounds
+// times. It writes the report, as text or JSON, to out and drops the
+// database unless cfg.Keep.
 //
 // A drain that fails verification is reported in Result, not as an error.
 //
@@ -353,38 +390,75 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		return nil
 	}
 
-	api, steady, err := drainAPI(ctx, cfg, dbURL, pool, t, res.Clean.Buffers, progress)
-	if err != nil {
-		return err
+	pgbench, why := "", "turned off"
+	if !cfg.SkipRaw {
+		pgbench, why = findPgbench(cfg.Pgbench)
 	}
-	res.API, res.Steady = &api, steady
-
-	if cfg.SkipRaw {
-		res.RawSkipped = "turned off"
-		return nil
-	}
-	pgbench, why := findPgbench(cfg.Pgbench)
 	if pgbench == "" {
 		res.RawSkipped = why
+	}
+	refill := func(what string) error {
+		progress.status("refilling %s for %s", t.name, what)
+		if err := truncate(ctx, pool, t); err != nil {
+			return err
+		}
+		if err := fill(ctx, pool, t, cfg); err != nil {
+			return err
+		}
+		progress.done()
 		return nil
 	}
-	progress.status("refilling %s for pgbench", t.name)
-	if err := truncate(ctx, pool, t); err != nil {
-		return err
+	var ratios []float64
+	for i := range cfg.Rounds {
+		roundCfg := cfg
+		if i > 0 {
+			roundCfg.SampleEvery = -1
+			if err := refill(fmt.Sprintf("round %d of %d", i+1, cfg.Rounds)); err != nil {
+				return err
+			}
+		}
+		api, steady, err := drainAPI(ctx, roundCfg, dbURL, pool, t, res.Clean.Buffers, progress)
+		if err != nil {
+			return err
+		}
+		round := Round{API: &api}
+		if i == 0 {
+			res.API, res.Steady = &api, steady
+		}
+		if pgbench != "" {
+			if err := refill("pgbench"); err != nil {
+				return err
+			}
+			raw, err := drainPgbench(ctx, cfg, pgbench, dbURL, pool, t, progress)
+			if err != nil {
+				return err
+			}
+			round.Raw = &raw
+			if raw.MessagesPerSecond > 0 {
+				round.APIVsRaw = api.MessagesPerSecond / raw.MessagesPerSecond
+				ratios = append(ratios, round.APIVsRaw)
+			}
+			if i == 0 {
+				res.Raw = &raw
+			}
+		}
+		res.Rounds = append(res.Rounds, round)
 	}
-	if err := fill(ctx, pool, t, cfg); err != nil {
-		return err
-	}
-	progress.done()
-	raw, err := drainPgbench(ctx, cfg, pgbench, dbURL, pool, t, progress)
-	if err != nil {
-		return err
-	}
-	res.Raw = &raw
-	if raw.MessagesPerSecond > 0 {
-		res.APIVsRaw = api.MessagesPerSecond / raw.MessagesPerSecond
-	}
+	res.APIVsRaw = median(ratios)
 	return nil
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count), or 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // cleanCost returns the median cost of five rolled-back claims of batch

@@ -32,8 +32,8 @@ func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
-	for _, d := range []*Drain{res.API, res.Raw} {
-		if d != nil && !d.Verified {
+	for _, d := range res.Drains() {
+		if !d.Verified {
 			fmt.Fprintf(stderr, "bench: %s drain failed verification: %s\n", d.Method, d.Problem)
 			return 1
 		}
@@ -67,6 +67,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
 	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "API and pgbench drain pairs to run alternately, each on a refilled table; the ratio printed is their median")
 	fs.StringVar(&cfg.Pgbench, "pgbench", "", "pgbench binary (default: PATH, else /usr/lib/postgresql/*/bin)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the result as JSON")

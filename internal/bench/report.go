@@ -19,9 +19,9 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	}
 	g := res.CleanGeneric
 	fmt.Fprintf(&b, "generic plan of the same claim: %d buffers, %.3f ms; seq scan %t, sort over eligible rows %t\n", g.Buffers, g.Ms, g.SeqScan, g.SortOverEligible)
-	for _, d := range []*Drain{res.API, res.Raw} {
-		if d == nil {
-			continue
+	for _, d := range res.Drains() {
+		if len(res.Rounds) > 1 && d.Method == "leasing" {
+			fmt.Fprintf(&b, "round %d of %d\n", roundOf(res, d), len(res.Rounds))
 		}
 		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
 			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
@@ -41,7 +41,15 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 		}
 	}
 	if res.APIVsRaw > 0 {
-		fmt.Fprintf(&b, "leasing / pgbench: %.2f\n", res.APIVsRaw)
+		if len(res.Rounds) > 1 {
+			ratios := make([]string, 0, len(res.Rounds))
+			for _, r := range res.Rounds {
+				ratios = append(ratios, fmt.Sprintf("%.2f", r.APIVsRaw))
+			}
+			fmt.Fprintf(&b, "leasing / pgbench: %.2f, the median of %d rounds (%s)\n", res.APIVsRaw, len(res.Rounds), strings.Join(ratios, ", "))
+		} else {
+			fmt.Fprintf(&b, "leasing / pgbench: %.2f\n", res.APIVsRaw)
+		}
 	}
 	if res.RawSkipped != "" {
 		fmt.Fprintf(&b, "pgbench baseline skipped: %s\n", res.RawSkipped)
@@ -55,4 +63,14 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// roundOf returns the 1-based round of res that d belongs to.
+func roundOf(res Result, d *Drain) int {
+	for i, r := range res.Rounds {
+		if r.API == d || r.Raw == d {
+			return i + 1
+		}
+	}
+	return 0
 }
