@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestDoctor(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out.Bytes(), &fields))
 		q := fields["queues"].([]any)[0].(map[string]any)
 		for _, name := range []string{"claim_buffers", "claim_ms", "claim_plan", "expired_leases",
-			"oldest_due_seconds", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
+			"oldest_due_seconds", "head_due_seconds", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
 			require.Contains(t, q, name)
 		}
 		require.Contains(t, fields, "oldest_xact_seconds")
@@ -82,7 +83,7 @@ func TestDoctor(t *testing.T) {
 		require.True(t, hasProblem(rep.Queues[1].Problems, "does not use index outbox_messages_inflight_idx"), rep.Queues[1].Problems)
 
 		var out bytes.Buffer
-		code := doctor.Main(ctx, pool, nil, &out, &out)
+		code := doctor.Main(ctx, func(context.Context) (*pgxpool.Pool, error) { return pool, nil }, nil, &out, &out)
 		require.Equal(t, 1, code)
 		require.Contains(t, out.String(), "REINDEX INDEX CONCURRENTLY inbox_messages_ready_idx")
 		require.Contains(t, out.String(), "NOT OK")

@@ -73,6 +73,38 @@ func (c *cli) addDatabaseFlag(fs *flag.FlagSet) {
 	})
 }
 
+// takeDatabaseFlag applies the --database-url flags in args (any of
+// -database-url, --database-url, with the value after = or as the next
+// argument; none after a "--" argument) and returns the other arguments, in
+// order, for commands whose flags another package parses.
+func (c *cli) takeDatabaseFlag(args []string) ([]string, error) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.addDatabaseFlag(fs)
+	rest := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(rest, args[i:]...), nil
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "database-url" {
+			rest = append(rest, a)
+			continue
+		}
+		if !hasValue {
+			if i+1 == len(args) {
+				return nil, usagef("flag needs an argument: -database-url")
+			}
+			i++
+			value = args[i]
+		}
+		if err := fs.Set("database-url", value); err != nil {
+			return nil, usagef("invalid value %q for flag -database-url: %v", value, err)
+		}
+	}
+	return rest, nil
+}
+
 // newFlagSet returns the flag set of subcommand name, printing errors and
 // usage to stderr, with --database-url registered.
 func (c *cli) newFlagSet(name, synopsis string) *flag.FlagSet {

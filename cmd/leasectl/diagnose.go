@@ -24,16 +24,19 @@ func statusOf(code int) error {
 // runDoctor checks indexes, the claim's plan and cost, lease and backlog
 // health, dead rows and sessions holding back VACUUM: internal/doctor.
 func runDoctor(ctx context.Context, c *cli, args []string) error {
-	pool, err := c.connect(ctx)
+	args, err := c.takeDatabaseFlag(args)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	return statusOf(doctor.Main(ctx, pool, args, c.stdout, c.stderr))
+	return statusOf(doctor.Main(ctx, c.connect, args, c.stdout, c.stderr))
 }
 
 // runBench fills a database of its own and drains it through the leasing
 // API and through pgbench: internal/bench.
 func runBench(ctx context.Context, c *cli, args []string) error {
+	args, err := c.takeDatabaseFlag(args)
+	if err != nil {
+		return err
+	}
 	return statusOf(bench.Main(ctx, c.databaseURL, args, c.stdout, c.stderr))
 }

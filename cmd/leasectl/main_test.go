@@ -606,3 +606,38 @@ func TestServe(t *testing.T) {
 		t.Fatal("serve did not stop after its context was cancelled")
 	}
 }
+
+// TestDoctorAndBenchFlags: doctor and bench parse their own flags after
+// --database-url is taken out, wherever it stands, and reject bad flags
+// with exit status 2 before connecting.
+func TestDoctorAndBenchFlags(t *testing.T) {
+	t.Parallel()
+	unreachable := unreachableURL(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"doctor", "--batch", "0", "--database-url", unreachable}, "batch must be"},
+		{[]string{"doctor", "--database-url=" + unreachable, "--queue", "x"}, "inbox or outbox"},
+		{[]string{"bench", "--database-url", unreachable, "--rounds", "21"}, "rounds must be"},
+		{[]string{"bench", "--messages", "10", "--database-url"}, "flag needs an argument"},
+		{[]string{"bench", "--rounds", "0", "--database-url", unreachable}, "--rounds must not be 0"},
+		{[]string{"bench", "--messages", "0", "--database-url", unreachable}, "--messages must not be 0"},
+	} {
+		r := leasectl(t, tc.args...)
+		require.Equal(t, 2, r.code, "%v: stderr:\n%s", tc.args, r.stderr)
+		require.Contains(t, r.stderr, tc.want, tc.args)
+	}
+
+	url := dbtest.DatabaseURL(t)
+	r := leasectl(t, "doctor", "--json", "--database-url", url, "--queue", "inbox")
+	require.Contains(t, []int{0, 1}, r.code, r.stderr) // 1 on a server with autovacuum off
+	var rep struct {
+		Queues []struct {
+			Queue string `json:"queue"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+	require.Len(t, rep.Queues, 1)
+	require.Equal(t, "inbox", rep.Queues[0].Queue)
+}

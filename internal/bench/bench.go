@@ -75,9 +75,9 @@ type Config struct {
 	SkipDrain bool
 	// SkipRaw skips the pgbench baseline.
 	SkipRaw bool
-	// Rounds is the number of API + pgbench drain pairs, each on a refilled
-	// table, run alternately; the ratio reported is their median. Only the
-	// first round samples claim cost. Defaults to 1.
+	// Rounds is the number of API + pgbench drain pairs, run alternately,
+	// each drain on a freshly filled table; the ratio reported is their
+	// median. With SkipRaw the rounds are API drains only. Defaults to 1.
 	Rounds int
 	// Pgbench is the pgbench binary. Defaults to pgbench on PATH, else the
 	// newest /usr/lib/postgresql/*/bin/pgbench.
@@ -168,6 +168,12 @@ type Result struct {
 	// CleanGeneric is the same for the claim's generic plan (see
 	// leasing.Postgres.ExplainClaimGeneric).
 	CleanGeneric ClaimCost `json:"clean_generic_claim"`
+	// Sampled is the API drain the claim-cost samples (Steady) were taken
+	// in, when it ran on its own before the rounds: it does when the
+	// pgbench baseline runs, because the samples pause the drain's workers
+	// and would handicap it against pgbench. Its rate is not compared. Nil
+	// otherwise: the first round's API drain samples.
+	Sampled *Drain `json:"sampled,omitempty"`
 	// API is the first round's drain through the leasing API; nil with
 	// SkipDrain.
 	API *Drain `json:"api,omitempty"`
@@ -181,8 +187,8 @@ type Result struct {
 	// the rounds (the mean of the middle two for an even count); 0 without
 	// both drains.
 	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
-	// Steady is the claim cost sampled during the API drain; nil when
-	// sampling is off or the drain was skipped.
+	// Steady is the claim cost sampled during Sampled, or during the first
+	// round's API drain; nil when sampling is off or the drain was skipped.
 	Steady *Steady `json:"steady_state,omitempty"`
 	// RawSkipped says why the raw baseline did not run, if it did not.
 	RawSkipped string `json:"raw_skipped,omitempty"`
@@ -191,6 +197,7 @@ type Result struct {
 // Round is one API drain and the pgbench drain after it, each on a freshly
 // filled table.
 type Round struct {
+	// API is the drain through the leasing API.
 	API *Drain `json:"api"`
 	// Raw is nil when the baseline was skipped.
 	Raw *Drain `json:"raw,omitempty"`
@@ -201,6 +208,9 @@ type Round struct {
 // Drains returns every drain of res, API and pgbench, in the order they ran.
 func (res Result) Drains() []*Drain {
 	var out []*Drain
+	if res.Sampled != nil {
+		out = append(out, res.Sampled)
+	}
 	for _, r := range res.Rounds {
 		out = append(out, r.API)
 		if r.Raw != nil {
@@ -408,10 +418,21 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		progress.done()
 		return nil
 	}
+	// Claim-cost samples pause the workers: a drain compared with pgbench
+	// never samples, so with the baseline on the sampled drain runs first,
+	// on its own.
+	sampleApart := pgbench != "" && cfg.SampleEvery > 0
+	if sampleApart {
+		d, steady, err := drainAPI(ctx, cfg, dbURL, pool, t, res.Clean.Buffers, progress)
+		if err != nil {
+			return err
+		}
+		res.Sampled, res.Steady = &d, steady
+	}
 	var ratios []float64
 	for i := range cfg.Rounds {
 		roundCfg := cfg
-		if i > 0 {
+		if i > 0 || sampleApart {
 			roundCfg.SampleEvery = -1
 			if err := refill(fmt.Sprintf("round %d of %d", i+1, cfg.Rounds)); err != nil {
 				return err
@@ -423,10 +444,13 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		}
 		round := Round{API: &api}
 		if i == 0 {
-			res.API, res.Steady = &api, steady
+			res.API = &api
+			if !sampleApart {
+				res.Steady = steady
+			}
 		}
 		if pgbench != "" {
-			if err := refill("pgbench"); err != nil {
+			if err := refill(fmt.Sprintf("pgbench, round %d of %d", i+1, cfg.Rounds)); err != nil {
 				return err
 			}
 			raw, err := drainPgbench(ctx, cfg, pgbench, dbURL, pool, t, progress)

@@ -67,7 +67,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
 	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "API and pgbench drain pairs to run alternately, each on a refilled table; the ratio printed is their median")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "API and pgbench drain pairs to run alternately, each drain on a fresh fill; the ratio printed is their median (API drains only with --no-raw)")
 	fs.StringVar(&cfg.Pgbench, "pgbench", "", "pgbench binary (default: PATH, else /usr/lib/postgresql/*/bin)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the result as JSON")
@@ -83,6 +83,19 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return Config{}, errors.New("bench: unexpected arguments")
+	}
+	// Zero means "the default" in a Config, but on the command line it is a
+	// mistake: the flags show their defaults.
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"messages", cfg.Messages}, {"workers", cfg.Workers}, {"batch", cfg.BatchSize},
+		{"explain-batch", cfg.ExplainBatch}, {"rounds", cfg.Rounds}, {"sample-every", cfg.SampleEvery}} {
+		if f.value == 0 {
+			err := fmt.Errorf("bench: --%s must not be 0", f.name)
+			fmt.Fprintln(stderr, err)
+			return Config{}, err
+		}
 	}
 	q, err := leasing.ParseQueue(queue)
 	if err != nil {

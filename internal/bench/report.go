@@ -20,8 +20,13 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	g := res.CleanGeneric
 	fmt.Fprintf(&b, "generic plan of the same claim: %d buffers, %.3f ms; seq scan %t, sort over eligible rows %t\n", g.Buffers, g.Ms, g.SeqScan, g.SortOverEligible)
 	for _, d := range res.Drains() {
-		if len(res.Rounds) > 1 && d.Method == "leasing" {
+		switch {
+		case d == res.Sampled:
+			fmt.Fprintf(&b, "drain with claim-cost samples (they pause its workers, so it is not compared with pgbench)\n")
+		case len(res.Rounds) > 1 && d.Method == "leasing":
 			fmt.Fprintf(&b, "round %d of %d\n", roundOf(res, d), len(res.Rounds))
+		case res.Sampled != nil && d.Method == "leasing":
+			fmt.Fprintf(&b, "drains compared, without samples\n")
 		}
 		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
 			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)

@@ -14,9 +14,11 @@ import (
 )
 
 // Main runs the doctor command line args (flags only, without the command
-// name) on pool's database and returns the exit status: 0 when healthy, 1
-// when a check found a problem or could not run, 2 for bad flags.
-func Main(ctx context.Context, pool *pgxpool.Pool, args []string, stdout, stderr io.Writer) int {
+// name) on the database connect opens, once the flags parsed, and returns
+// the exit status: 0 when healthy, 1 when a check found a problem or could
+// not run (connect's error included), 2 for bad flags (nothing connected).
+// Main closes the pool connect returns.
+func Main(ctx context.Context, connect func(context.Context) (*pgxpool.Pool, error), args []string, stdout, stderr io.Writer) int {
 	asJSON, opts, err := ParseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -24,6 +26,12 @@ func Main(ctx context.Context, pool *pgxpool.Pool, args []string, stdout, stderr
 	if err != nil {
 		return 2
 	}
+	pool, err := connect(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "doctor: %v\n", err)
+		return 1
+	}
+	defer pool.Close()
 	ok, err := Run(ctx, pool, stdout, asJSON, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "doctor: %v\n", err)
@@ -46,7 +54,7 @@ func ParseFlags(args []string, stderr io.Writer) (asJSON bool, opts Options, err
 	fs.StringVar(&queue, "queue", "", "check only this queue: inbox or outbox (default both)")
 	fs.IntVar(&opts.BatchSize, "batch", 10, "batch size of the measured claim")
 	fs.Int64Var(&opts.MaxClaimBuffers, "max-claim-buffers", 0, "most shared buffers the claim may touch (default 100 x batch)")
-	fs.DurationVar(&opts.MaxOldestDue, "max-oldest-due", 15*time.Minute, "longest a due message may wait")
+	fs.DurationVar(&opts.MaxOldestDue, "max-oldest-due", 15*time.Minute, "longest the oldest due message may have been due (time deferred, leased or waiting on a retry delay does not count)")
 	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table")
 	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
 	fs.Usage = func() {
