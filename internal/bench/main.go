@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -29,7 +30,11 @@ func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io
 	}
 	res, err := Run(ctx, cfg, stdout)
 	if err != nil {
-		fmt.Fprintf(stderr, "bench: %v\n", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "bench: ") {
+			msg = "bench: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 	for _, d := range res.Drains() {
