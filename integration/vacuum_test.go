@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -147,4 +149,65 @@ func TestProcessorVacuumsItsTable(t *testing.T) {
 			t.Logf("disabled policy: %d dead rows left", dead)
 		}
 	}
+}
+
+// TestVacuumNeedsOwnerPrivileges: the vacuum policy runs VACUUM only for a
+// user who has the privileges of the table owner's role as VACUUM checks
+// them. A member that inherits them may; a NOINHERIT member may not (its
+// VACUUM would be skipped with a WARNING, not fail), so it is told
+// ErrVacuumNotAllowed and nothing runs.
+func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.DatabaseURL(t)
+	admin := adminConn(t, url)
+	suffix := strings.ToLower(strings.ReplaceAll(leasing.NewOwner("v")[2:], "-", ""))
+	owner := pgx.Identifier{"leasestore_t_owner_" + suffix}.Sanitize()
+	inherit, noInherit := "leasestore_t_inh_"+suffix, "leasestore_t_noinh_"+suffix
+	for _, stmt := range []string{
+		"CREATE ROLE " + owner + " NOLOGIN",
+		"CREATE ROLE " + pgx.Identifier{inherit}.Sanitize() + " LOGIN INHERIT IN ROLE " + owner,
+		"CREATE ROLE " + pgx.Identifier{noInherit}.Sanitize() + " LOGIN NOINHERIT IN ROLE " + owner,
+		"ALTER TABLE inbox_messages OWNER TO " + owner,
+	} {
+		_, err := admin.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		// Runs before the database is dropped: hand the table back so that
+		// the roles can go.
+		c, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Errorf("drop test roles: %v", err)
+			return
+		}
+		defer c.Close(context.Background())
+		for _, stmt := range []string{
+			"ALTER TABLE inbox_messages OWNER TO CURRENT_USER",
+			"DROP ROLE " + pgx.Identifier{noInherit}.Sanitize(),
+			"DROP ROLE " + pgx.Identifier{inherit}.Sanitize(),
+			"DROP ROLE " + owner,
+		} {
+			if _, err := c.Exec(context.Background(), stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+
+	pool := newPool(t, url, "leasestore-vacuum-roles", 1)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	churn(t, pool, store, 100)
+	before, _ := tableVacuums(t, pool, leasing.Inbox)
+
+	_, err = openStore(t, asUser(t, url, noInherit), leasing.Inbox, leasing.PostgresOptions{}).VacuumIfDead(ctx, 1)
+	require.ErrorIs(t, err, leasing.ErrVacuumNotAllowed)
+	after, _ := tableVacuums(t, pool, leasing.Inbox)
+	require.Equal(t, before, after, "nothing ran")
+
+	v, err := openStore(t, asUser(t, url, inherit), leasing.Inbox, leasing.PostgresOptions{}).VacuumIfDead(ctx, 1)
+	require.NoError(t, err)
+	require.True(t, v.Ran)
+	after, _ = tableVacuums(t, pool, leasing.Inbox)
+	require.Equal(t, before+1, after)
 }
