@@ -456,6 +456,9 @@ func WriteText(w io.Writer, rep Report) error {
 		status := "ok"
 		if len(q.Problems) > 0 {
 			status = fmt.Sprintf("%d problems", len(q.Problems))
+			if len(q.Problems) == 1 {
+				status = "1 problem"
+			}
 		}
 		fmt.Fprintf(&b, "%s (%s): %s\n", q.Queue, q.Table, status)
 		var idx []string
