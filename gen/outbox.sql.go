@@ -628,25 +628,7 @@ SELECT
          FROM outbox_messages
          WHERE status = 'publishing'
            AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp()))
-    ), '0'::interval)::interval AS oldest_due_age,
-    coalesce(coalesce($1::timestamptz, statement_timestamp()) - (
-        SELECT head.due_since
-        FROM ((SELECT created_at, message_id, greatest(created_at, visible_after) AS due_since
-               FROM outbox_messages
-               WHERE status IN ('pending', 'failed')
-                 AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
-               ORDER BY created_at, message_id
-               LIMIT 1)
-              UNION ALL
-              (SELECT created_at, message_id, lease_expires_at
-               FROM outbox_messages
-               WHERE status = 'publishing'
-                 AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
-               ORDER BY created_at, message_id
-               LIMIT 1)) AS head
-        ORDER BY head.created_at, head.message_id
-        LIMIT 1
-    ), '0'::interval)::interval AS head_due_age
+    ), '0'::interval)::interval AS oldest_due_age
 `
 
 type OutboxLeaseHealthParams struct {
@@ -656,18 +638,15 @@ type OutboxLeaseHealthParams struct {
 type OutboxLeaseHealthRow struct {
 	ExpiredLeases int64
 	OldestDueAge  time.Duration
-	HeadDueAge    time.Duration
 }
 
-// OutboxLeaseHealth returns, at the database's now: the number of publishing
-// rows whose lease has expired and not yet been reclaimed; the age of the
-// oldest due row, the claim head (now - created_at); and how long the head has
-// been due (since its visible_after, or its created_at when later, or since its
-// lease expired). Both durations are 0 when nothing is due.
+// OutboxLeaseHealth returns, at the database's now, the number of publishing
+// rows whose lease has expired and not yet been reclaimed, and the age of the
+// oldest due row (the claim head; 0 when nothing is due).
 func (q *Queries) OutboxLeaseHealth(ctx context.Context, db DBTX, arg OutboxLeaseHealthParams) (OutboxLeaseHealthRow, error) {
 	row := db.QueryRow(ctx, outboxLeaseHealth, arg.Now)
 	var i OutboxLeaseHealthRow
-	err := row.Scan(&i.ExpiredLeases, &i.OldestDueAge, &i.HeadDueAge)
+	err := row.Scan(&i.ExpiredLeases, &i.OldestDueAge)
 	return i, err
 }
 

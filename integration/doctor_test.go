@@ -58,7 +58,7 @@ func TestDoctor(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out.Bytes(), &fields))
 		q := fields["queues"].([]any)[0].(map[string]any)
 		for _, name := range []string{"claim_buffers", "claim_ms", "claim_plan", "expired_leases",
-			"oldest_due_seconds", "head_due_seconds", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
+			"oldest_due_seconds", "overdue", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
 			require.Contains(t, q, name)
 		}
 		require.Contains(t, fields, "oldest_xact_seconds")
@@ -126,8 +126,46 @@ func TestDoctor(t *testing.T) {
 		in := rep.Queues[0]
 		require.Equal(t, int64(1), in.ExpiredLeases)
 		require.True(t, hasProblem(in.Warnings, "leases expired"), in.Warnings)
-		require.True(t, hasProblem(in.Problems, "oldest due message"), in.Problems)
+		require.True(t, hasProblem(in.Problems, "has been due for more than"), in.Problems)
 		require.NoError(t, tx.Rollback(ctx))
+	})
+
+	t.Run("Check/OverdueCountsOnlyTimeDue", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.NewPool(t)
+		overdue := func() (bool, []string) {
+			rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+			require.NoError(t, err)
+			return rep.Queues[0].Overdue, rep.Queues[0].Problems
+		}
+		// The FIFO head was created an hour ago but became due a minute
+		// ago (a retry delay): not overdue, however old it is.
+		_, err := pool.Exec(ctx, `INSERT INTO inbox_messages (message_id, payload, created_at, visible_after, status, attempt_count)
+			VALUES (gen_random_uuid(), '\x01', now() - interval '1 hour', now() - interval '1 minute', 'failed', 1)`)
+		require.NoError(t, err)
+		got, problems := overdue()
+		require.False(t, got, problems)
+		require.False(t, hasProblem(problems, "has been due"), problems)
+
+		// A younger row, due for 20 minutes behind it, is overdue.
+		_, err = pool.Exec(ctx, `INSERT INTO inbox_messages (message_id, payload, created_at, visible_after)
+			VALUES (gen_random_uuid(), '\x01', now() - interval '20 minutes', now() - interval '20 minutes')`)
+		require.NoError(t, err)
+		got, problems = overdue()
+		require.True(t, got)
+		require.True(t, hasProblem(problems, "has been due for more than 15m0s"), problems)
+
+		// So is a lease that expired 20 minutes ago, alone.
+		_, err = pool.Exec(ctx, `DELETE FROM inbox_messages`)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO inbox_messages (message_id, payload, created_at, visible_after, status,
+				lease_owner, lease_expires_at, lease_generation, attempt_count)
+			VALUES (gen_random_uuid(), '\x01', now() - interval '1 hour', now() - interval '1 hour', 'processing',
+				'gone', now() - interval '20 minutes', 1, 1)`)
+		require.NoError(t, err)
+		got, problems = overdue()
+		require.True(t, got, problems)
 	})
 }
 

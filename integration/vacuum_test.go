@@ -164,15 +164,6 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 	suffix := strings.ToLower(strings.ReplaceAll(leasing.NewOwner("v")[2:], "-", ""))
 	owner := pgx.Identifier{"leasestore_t_owner_" + suffix}.Sanitize()
 	inherit, noInherit := "leasestore_t_inh_"+suffix, "leasestore_t_noinh_"+suffix
-	for _, stmt := range []string{
-		"CREATE ROLE " + owner + " NOLOGIN",
-		"CREATE ROLE " + pgx.Identifier{inherit}.Sanitize() + " LOGIN INHERIT IN ROLE " + owner,
-		"CREATE ROLE " + pgx.Identifier{noInherit}.Sanitize() + " LOGIN NOINHERIT IN ROLE " + owner,
-		"ALTER TABLE inbox_messages OWNER TO " + owner,
-	} {
-		_, err := admin.Exec(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
 	t.Cleanup(func() {
 		// Runs before the database is dropped: hand the table back so that
 		// the roles can go.
@@ -184,9 +175,9 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 		defer c.Close(context.Background())
 		for _, stmt := range []string{
 			"ALTER TABLE inbox_messages OWNER TO CURRENT_USER",
-			"DROP ROLE " + pgx.Identifier{noInherit}.Sanitize(),
-			"DROP ROLE " + pgx.Identifier{inherit}.Sanitize(),
-			"DROP ROLE " + owner,
+			"DROP ROLE IF EXISTS " + pgx.Identifier{noInherit}.Sanitize(),
+			"DROP ROLE IF EXISTS " + pgx.Identifier{inherit}.Sanitize(),
+			"DROP ROLE IF EXISTS " + owner,
 		} {
 			if _, err := c.Exec(context.Background(), stmt); err != nil {
 				t.Errorf("%s: %v", stmt, err)
@@ -194,6 +185,15 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 		}
 	})
 
+	for _, stmt := range []string{
+		"CREATE ROLE " + owner + " NOLOGIN",
+		"CREATE ROLE " + pgx.Identifier{inherit}.Sanitize() + " LOGIN INHERIT IN ROLE " + owner,
+		"CREATE ROLE " + pgx.Identifier{noInherit}.Sanitize() + " LOGIN NOINHERIT IN ROLE " + owner,
+		"ALTER TABLE inbox_messages OWNER TO " + owner,
+	} {
+		_, err := admin.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
 	pool := newPool(t, url, "leasestore-vacuum-roles", 1)
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)

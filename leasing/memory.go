@@ -470,28 +470,20 @@ func (m *Memory) Stats(ctx context.Context) (Stats, error) {
 	defer m.mu.Unlock()
 	now := m.clock()
 	st := Stats{Queue: m.queue, Depth: emptyDepth(m.queue)}
+	var oldest *time.Time
 	for _, r := range m.rows {
 		st.Depth[r.Status]++
-		if r.Status == m.queue.InFlight() && r.LeaseExpiresAt != nil && !r.LeaseExpiresAt.After(now) {
+		expired := r.Status == m.queue.InFlight() && r.LeaseExpiresAt != nil && !r.LeaseExpiresAt.After(now)
+		ready := (r.Status == StatusPending || r.Status == StatusFailed) && !r.VisibleAfter.After(now)
+		if expired {
 			st.ExpiredLeases++
 		}
+		if (expired || ready) && (oldest == nil || r.CreatedAt.Before(*oldest)) {
+			oldest = &r.CreatedAt
+		}
 	}
-	due := m.ordered(func(r *Row) bool {
-		if r.Status == m.queue.InFlight() {
-			return r.LeaseExpiresAt != nil && !r.LeaseExpiresAt.After(now)
-		}
-		return (r.Status == StatusPending || r.Status == StatusFailed) && !r.VisibleAfter.After(now)
-	})
-	if len(due) > 0 {
-		head := due[0]
-		since := head.VisibleAfter
-		if head.CreatedAt.After(since) {
-			since = head.CreatedAt
-		}
-		if head.Status == m.queue.InFlight() {
-			since = *head.LeaseExpiresAt
-		}
-		st.OldestDueAge, st.HeadDueAge = now.Sub(head.CreatedAt), now.Sub(since)
+	if oldest != nil {
+		st.OldestDueAge = now.Sub(*oldest)
 	}
 	return st, nil
 }

@@ -358,8 +358,7 @@ func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("leasing: lease health %s: %w", s.queue, err)
 	}
-	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.ExpiredLeases,
-		OldestDueAge: health.OldestDueAge, HeadDueAge: health.HeadDueAge}
+	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.ExpiredLeases, OldestDueAge: health.OldestDueAge}
 	for _, c := range counts {
 		st.Depth[Status(c.Status)] = c.Messages
 	}

@@ -224,15 +224,9 @@ type Stats struct {
 	// ExpiredLeases is the number of in-flight rows whose lease has expired
 	// and that no claim has taken over yet.
 	ExpiredLeases int64
-	// OldestDueAge is how long the oldest due row, the claim head, has
-	// existed (store now minus its CreatedAt); 0 when nothing is due.
+	// OldestDueAge is how long the oldest due row has existed (store now
+	// minus its CreatedAt); 0 when nothing is due.
 	OldestDueAge time.Duration
-	// HeadDueAge is how long the claim head has been due, by the store's
-	// clock: since its VisibleAfter (its CreatedAt when later), or since its
-	// lease expired. Unlike OldestDueAge it does not count the time a
-	// message spent deferred, waiting on a retry delay or leased, so it
-	// grows only while no claim takes the head. 0 when nothing is due.
-	HeadDueAge time.Duration
 }
 
 func emptyDepth(q Queue) map[Status]int64 {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasestore/leasestore/internal/bench"
 	"github.com/leasestore/leasestore/internal/doctor"
 )
@@ -28,7 +30,12 @@ func runDoctor(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return statusOf(doctor.Main(ctx, c.connect, args, c.stdout, c.stderr))
+	cfg, err := c.poolConfig() // a bad URL is a usage error, like a bad flag
+	if err != nil {
+		return err
+	}
+	connect := func(ctx context.Context) (*pgxpool.Pool, error) { return openPool(ctx, cfg) }
+	return statusOf(doctor.Main(ctx, connect, args, c.stdout, c.stderr))
 }
 
 // runBench fills a database of its own and drains it through the leasing

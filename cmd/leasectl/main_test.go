@@ -619,6 +619,7 @@ func TestDoctorAndBenchFlags(t *testing.T) {
 	}{
 		{[]string{"doctor", "--batch", "0", "--database-url", unreachable}, "batch must be"},
 		{[]string{"doctor", "--database-url=" + unreachable, "--queue", "x"}, "inbox or outbox"},
+		{[]string{"doctor", "--database-url", "postgres://%zz"}, "bad database URL"},
 		{[]string{"bench", "--database-url", unreachable, "--rounds", "21"}, "rounds must be"},
 		{[]string{"bench", "--messages", "10", "--database-url"}, "flag needs an argument"},
 		{[]string{"bench", "--rounds", "0", "--database-url", unreachable}, "--rounds must not be 0"},

@@ -302,11 +302,9 @@ SELECT message_id, message_type, payload, headers, tenant_id,
 FROM inbox_messages
 WHERE message_id = @message_id::uuid;
 
--- InboxLeaseHealth returns, at the database's now: the number of processing
--- rows whose lease has expired and not yet been reclaimed; the age of the
--- oldest due row, the claim head (now - created_at); and how long the head has
--- been due (since its visible_after, or its created_at when later, or since its
--- lease expired). Both durations are 0 when nothing is due.
+-- InboxLeaseHealth returns, at the database's now, the number of processing
+-- rows whose lease has expired and not yet been reclaimed, and the age of the
+-- oldest due row (the claim head; 0 when nothing is due).
 -- name: InboxLeaseHealth :one
 SELECT
     -- Leased rows are those with an expiry and an owner (the lease CHECK), so
@@ -325,25 +323,7 @@ SELECT
          FROM inbox_messages
          WHERE status = 'processing'
            AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()))
-    ), '0'::interval)::interval AS oldest_due_age,
-    coalesce(coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - (
-        SELECT head.due_since
-        FROM ((SELECT created_at, message_id, greatest(created_at, visible_after) AS due_since
-               FROM inbox_messages
-               WHERE status IN ('pending', 'failed')
-                 AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-               ORDER BY created_at, message_id
-               LIMIT 1)
-              UNION ALL
-              (SELECT created_at, message_id, lease_expires_at
-               FROM inbox_messages
-               WHERE status = 'processing'
-                 AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-               ORDER BY created_at, message_id
-               LIMIT 1)) AS head
-        ORDER BY head.created_at, head.message_id
-        LIMIT 1
-    ), '0'::interval)::interval AS head_due_age;
+    ), '0'::interval)::interval AS oldest_due_age;
 
 -- InboxList returns up to max_rows inbox rows ordered by (created_at,
 -- message_id), starting after after_created_at/after_message_id (keyset

@@ -95,7 +95,8 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		name  string
 		value int
 	}{{"messages", cfg.Messages}, {"workers", cfg.Workers}, {"batch", cfg.BatchSize},
-		{"explain-batch", cfg.ExplainBatch}, {"rounds", cfg.Rounds}, {"sample-every", cfg.SampleEvery}} {
+		{"explain-batch", cfg.ExplainBatch}, {"rounds", cfg.Rounds}, {"sample-every", cfg.SampleEvery},
+		{"payload-bytes", cfg.PayloadBytes}} {
 		if f.value == 0 {
 			err := fmt.Errorf("bench: --%s must not be 0", f.name)
 			fmt.Fprintln(stderr, err)

@@ -33,9 +33,9 @@ type Options struct {
 	// may touch before it is a problem. A healthy claim of 10 touches about
 	// 120, whatever the backlog. Defaults to 100 × BatchSize.
 	MaxClaimBuffers int64
-	// MaxOldestDue is the longest the claim head may have been due
-	// (leasing.Stats.HeadDueAge) before it is a problem. Defaults to 15
-	// minutes.
+	// MaxOldestDue is the longest a message may have been due (since its
+	// visibility time, or since its lease expired) before it is a problem.
+	// Defaults to 15 minutes.
 	MaxOldestDue time.Duration
 	// MaxDeadTuples is the most dead row versions a queue table may hold
 	// before it is a problem (the shipped settings start autovacuum at
@@ -130,10 +130,10 @@ type QueueReport struct {
 	// OldestDueSeconds is how long the oldest due message has existed; 0
 	// when nothing is due.
 	OldestDueSeconds float64 `json:"oldest_due_seconds"`
-	// HeadDueSeconds is how long that message has been due (since its
-	// visibility time or its lease expiry; see leasing.Stats.HeadDueAge);
-	// 0 when nothing is due.
-	HeadDueSeconds float64 `json:"head_due_seconds"`
+	// Overdue is true when some message has been due for longer than
+	// Options.MaxOldestDue (time deferred, leased or waiting on a retry
+	// delay does not count).
+	Overdue bool `json:"overdue"`
 	// DeadLettered counts dead-lettered rows waiting for an operator.
 	DeadLettered int64 `json:"dead_lettered"`
 	// Depth is the number of rows per status.
@@ -281,12 +281,21 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		qr.Depth[string(st)] = n
 		rows += n
 	}
-	qr.ExpiredLeases, qr.OldestDueSeconds, qr.HeadDueSeconds = stats.ExpiredLeases, stats.OldestDueAge.Seconds(), stats.HeadDueAge.Seconds()
+	qr.ExpiredLeases, qr.OldestDueSeconds = stats.ExpiredLeases, stats.OldestDueAge.Seconds()
 	qr.DeadLettered = stats.Depth[leasing.StatusDeadLettered]
 	// Time spent deferred, waiting on a retry delay or leased is not
-	// waiting: judge how long the claim head has been due.
-	if stats.HeadDueAge > opts.MaxOldestDue {
-		problem("the oldest due message has been due for %s, more than %s: no processor drains the queue, or it cannot keep up", round(stats.HeadDueAge), opts.MaxOldestDue)
+	// waiting, so the oldest row's age alone would raise false alarms.
+	overdue := g.DiagnosticsInboxOverdue
+	if q == leasing.Outbox {
+		overdue = func(ctx context.Context, db gen.DBTX, p gen.DiagnosticsInboxOverdueParams) (bool, error) {
+			return g.DiagnosticsOutboxOverdue(ctx, db, gen.DiagnosticsOutboxOverdueParams(p))
+		}
+	}
+	if qr.Overdue, err = overdue(ctx, pool, gen.DiagnosticsInboxOverdueParams{MinDue: opts.MaxOldestDue}); err != nil {
+		return qr, fmt.Errorf("doctor: %w", err)
+	}
+	if qr.Overdue {
+		problem("a message has been due for more than %s (the oldest due one was created %s ago): no processor drains the queue, or it cannot keep up", opts.MaxOldestDue, round(stats.OldestDueAge))
 	}
 	if qr.ExpiredLeases > 0 {
 		warn("%d leases expired and are not reclaimed yet: workers died or handlers outlive their lease; the next claim reclaims them", qr.ExpiredLeases)
@@ -479,9 +488,8 @@ func WriteText(w io.Writer, rep Report) error {
 			for _, n := range q.ClaimPlan {
 				fmt.Fprintf(&b, "    %s\n", n)
 			}
-			fmt.Fprintf(&b, "  expired leases %d, oldest due %s old and due for %s, dead-lettered %d\n",
-				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))),
-				round(time.Duration(q.HeadDueSeconds*float64(time.Second))), q.DeadLettered)
+			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, overdue %t, dead-lettered %d\n",
+				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.Overdue, q.DeadLettered)
 			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s\n",
 				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum))
 		}

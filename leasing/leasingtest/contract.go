@@ -611,29 +611,8 @@ var cases = []struct {
 			leasing.StatusFailed: 0, leasing.StatusDeadLettered: 1,
 		}, st.Depth)
 		require.Equal(t, int64(1), st.ExpiredLeases)
-		// The oldest due row is the expired lease's message, created at Start+2ms;
-		// its lease expired just now.
+		// The oldest due row is the expired lease's message, created at Start+2ms.
 		require.Equal(t, b.env.Clock.Now().Sub(ls[2].Message.CreatedAt), st.OldestDueAge)
-		require.Equal(t, time.Duration(0), st.HeadDueAge)
-	}},
-	{"Stats/HeadDueAgeCountsOnlyTimeDue", func(t *testing.T, b *bundle) {
-		b.enqueueN(2)
-		ls := b.claim("a", 2)
-		b.env.Clock.Advance(time.Minute)
-		_, err := b.store.Fail(b.ctx, leasing.Failure{Lease: ls[0], Error: "boom", RetryAfter: 10 * time.Minute})
-		require.NoError(t, err)
-		_, err = b.store.Complete(b.ctx, ls[1])
-		require.NoError(t, err)
-		st, err := b.store.Stats(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, time.Duration(0), st.OldestDueAge, "the failed row waits on its retry delay: nothing is due")
-		require.Equal(t, time.Duration(0), st.HeadDueAge)
-
-		b.env.Clock.Advance(15 * time.Minute) // due for 5 minutes, created 16 minutes ago
-		st, err = b.store.Stats(b.ctx)
-		require.NoError(t, err)
-		require.Equal(t, b.env.Clock.Now().Sub(ls[0].Message.CreatedAt), st.OldestDueAge)
-		require.Equal(t, 5*time.Minute, st.HeadDueAge)
 	}},
 	{"Purge/TerminalRowsByFinishTime", func(t *testing.T, b *bundle) {
 		b.enqueueN(4)
