@@ -45,6 +45,7 @@ func TestDoctor(t *testing.T) {
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_ready_idx")
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_inflight_idx")
 		require.Len(t, in.Indexes, 7)
+		require.True(t, in.MayVacuum, "the test user owns the tables")
 		for _, ix := range in.Indexes {
 			require.True(t, ix.Present && ix.Valid, ix.Name)
 		}
@@ -58,7 +59,7 @@ func TestDoctor(t *testing.T) {
 		require.NoError(t, json.Unmarshal(out.Bytes(), &fields))
 		q := fields["queues"].([]any)[0].(map[string]any)
 		for _, name := range []string{"claim_buffers", "claim_ms", "claim_plan", "expired_leases",
-			"oldest_due_seconds", "overdue", "dead_lettered", "dead_tuples", "last_autovacuum", "problems"} {
+			"oldest_due_seconds", "overdue", "dead_lettered", "may_vacuum", "dead_tuples", "last_autovacuum", "problems"} {
 			require.Contains(t, q, name)
 		}
 		require.Contains(t, fields, "oldest_xact_seconds")
@@ -128,6 +129,19 @@ func TestDoctor(t *testing.T) {
 		require.True(t, hasProblem(in.Warnings, "leases expired"), in.Warnings)
 		require.True(t, hasProblem(in.Problems, "has been due for more than"), in.Problems)
 		require.NoError(t, tx.Rollback(ctx))
+	})
+
+	t.Run("Check/ProcessorRoleMayNotVacuum", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		applyRoles(t, url)
+		pool := newPool(t, asUser(t, url, loginRole(t, url, "leasestore_processor")), "leasestore-doctor-role", 2)
+		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Outbox}})
+		require.NoError(t, err)
+		out := rep.Queues[0]
+		require.False(t, out.MayVacuum)
+		require.True(t, hasProblem(out.Warnings, "may not VACUUM outbox_messages"), out.Warnings)
 	})
 
 	t.Run("Check/OverdueCountsOnlyTimeDue", func(t *testing.T) {

@@ -146,6 +146,11 @@ type QueueReport struct {
 	// table; null when never since statistics were reset.
 	LastAutovacuum *time.Time `json:"last_autovacuum"`
 	LastVacuum     *time.Time `json:"last_vacuum"`
+	// MayVacuum says whether the role doctor connected as may VACUUM the
+	// table, which processors' vacuum policy needs (leasing.VacuumPolicy):
+	// processors connecting as a role without it leave the table to
+	// autovacuum.
+	MayVacuum bool `json:"may_vacuum"`
 	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
 	StorageOptions []string `json:"storage_options"`
 	// Problems and Warnings are this queue's findings, in words.
@@ -247,6 +252,13 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	qr.DeadTuples, qr.LiveTuples = health.DeadTuples, health.LiveTuples
 	qr.LastAutovacuum, qr.LastVacuum = utc(health.LastAutovacuum), utc(health.LastVacuum)
 	qr.StorageOptions = health.Reloptions
+	vacuum, err := g.VacuumState(ctx, pool, gen.VacuumStateParams{TableName: t})
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %s vacuum rights: %w", t, err)
+	}
+	if qr.MayVacuum = vacuum.MayVacuum; !qr.MayVacuum {
+		warn("this role may not VACUUM %s: processors connecting as it leave the table to autovacuum (their vacuum policy reports leasing.ErrVacuumNotAllowed once); run them as the table owner, or a member that inherits its rights, to keep claims cheap under heavy churn", t)
+	}
 
 	indexes, err := g.DiagnosticsIndexes(ctx, pool, gen.DiagnosticsIndexesParams{TableName: t})
 	if err != nil {
@@ -490,8 +502,8 @@ func WriteText(w io.Writer, rep Report) error {
 			}
 			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, overdue %t, dead-lettered %d\n",
 				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.Overdue, q.DeadLettered)
-			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s\n",
-				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum))
+			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
+				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum), q.MayVacuum)
 		}
 		for _, p := range q.Problems {
 			fmt.Fprintf(&b, "  problem: %s\n", p)
