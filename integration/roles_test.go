@@ -43,12 +43,12 @@ func applyRoles(tb testing.TB, url string) {
 
 // loginRole creates a login role that is a member of group, unique to this
 // test, dropped when the test ends, and returns its name.
-func loginRole(tb testing.TB, adminURL, group string) string {
+func loginRole(tb testing.TB, adminURL, group string, attrs ...string) string {
 	tb.Helper()
 	name := "leasestore_t_" + strings.ToLower(strings.ReplaceAll(leasing.NewOwner("r")[2:], "-", ""))
 	conn := adminConn(tb, adminURL)
 	ident := pgx.Identifier{name}.Sanitize()
-	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN IN ROLE "+pgx.Identifier{group}.Sanitize())
+	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN "+strings.Join(attrs, " ")+" IN ROLE "+pgx.Identifier{group}.Sanitize())
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		c, err := pgx.Connect(context.Background(), adminURL)

@@ -161,39 +161,29 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.DatabaseURL(t)
 	admin := adminConn(t, url)
-	suffix := strings.ToLower(strings.ReplaceAll(leasing.NewOwner("v")[2:], "-", ""))
-	owner := pgx.Identifier{"leasestore_t_owner_" + suffix}.Sanitize()
-	inherit, noInherit := "leasestore_t_inh_"+suffix, "leasestore_t_noinh_"+suffix
+	ownerName := "leasestore_t_owner_" + strings.ToLower(strings.ReplaceAll(leasing.NewOwner("v")[2:], "-", ""))
+	owner := pgx.Identifier{ownerName}.Sanitize()
 	t.Cleanup(func() {
-		// Runs before the database is dropped: hand the table back so that
-		// the roles can go.
+		// Runs after the login roles are dropped and before the database
+		// is: hand the table back so that the owner role can go.
 		c, err := pgx.Connect(context.Background(), url)
 		if err != nil {
-			t.Errorf("drop test roles: %v", err)
+			t.Errorf("drop %s: %v", ownerName, err)
 			return
 		}
 		defer c.Close(context.Background())
-		for _, stmt := range []string{
-			"ALTER TABLE inbox_messages OWNER TO CURRENT_USER",
-			"DROP ROLE IF EXISTS " + pgx.Identifier{noInherit}.Sanitize(),
-			"DROP ROLE IF EXISTS " + pgx.Identifier{inherit}.Sanitize(),
-			"DROP ROLE IF EXISTS " + owner,
-		} {
+		for _, stmt := range []string{"ALTER TABLE inbox_messages OWNER TO CURRENT_USER", "DROP ROLE IF EXISTS " + owner} {
 			if _, err := c.Exec(context.Background(), stmt); err != nil {
 				t.Errorf("%s: %v", stmt, err)
 			}
 		}
 	})
-
-	for _, stmt := range []string{
-		"CREATE ROLE " + owner + " NOLOGIN",
-		"CREATE ROLE " + pgx.Identifier{inherit}.Sanitize() + " LOGIN INHERIT IN ROLE " + owner,
-		"CREATE ROLE " + pgx.Identifier{noInherit}.Sanitize() + " LOGIN NOINHERIT IN ROLE " + owner,
-		"ALTER TABLE inbox_messages OWNER TO " + owner,
-	} {
+	for _, stmt := range []string{"CREATE ROLE " + owner + " NOLOGIN", "ALTER TABLE inbox_messages OWNER TO " + owner} {
 		_, err := admin.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
+	inherit := loginRole(t, url, ownerName, "INHERIT")
+	noInherit := loginRole(t, url, ownerName, "NOINHERIT")
 	pool := newPool(t, url, "leasestore-vacuum-roles", 1)
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)

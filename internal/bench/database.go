@@ -24,10 +24,11 @@ type table struct {
 }
 
 func tableOf(q leasing.Queue) table {
+	doneAt := "completed_at"
 	if q == leasing.Outbox {
-		return table{"outbox_messages", "publishing", "published", "published_at"}
+		doneAt = "published_at"
 	}
-	return table{"inbox_messages", "processing", "completed", "completed_at"}
+	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt}
 }
 
 // Row kinds, stored in message_type so that verification can tell them apart.

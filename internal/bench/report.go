@@ -19,30 +19,20 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	}
 	g := res.CleanGeneric
 	fmt.Fprintf(&b, "generic plan of the same claim: %d buffers, %.3f ms; seq scan %t, sort over eligible rows %t\n", g.Buffers, g.Ms, g.SeqScan, g.SortOverEligible)
-	for _, d := range res.Drains() {
+	if res.Sampled != nil {
+		fmt.Fprintf(&b, "drain with claim-cost samples (they pause its workers, so it is not compared with pgbench)\n")
+		writeDrain(&b, res, res.Sampled)
+	}
+	for i, r := range res.Rounds {
 		switch {
-		case d == res.Sampled:
-			fmt.Fprintf(&b, "drain with claim-cost samples (they pause its workers, so it is not compared with pgbench)\n")
-		case len(res.Rounds) > 1 && d.Method == "leasing":
-			fmt.Fprintf(&b, "round %d of %d\n", roundOf(res, d), len(res.Rounds))
-		case res.Sampled != nil && d.Method == "leasing":
+		case len(res.Rounds) > 1:
+			fmt.Fprintf(&b, "round %d of %d\n", i+1, len(res.Rounds))
+		case res.Sampled != nil:
 			fmt.Fprintf(&b, "drains compared, without samples\n")
 		}
-		fmt.Fprintf(&b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
-			d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
-		if d.Method == "leasing" {
-			if d.RoundTrips == 1 {
-				fmt.Fprintf(&b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)
-			} else {
-				fmt.Fprintf(&b, "\n         two round trips per batch: claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
-			}
-		} else {
-			fmt.Fprintf(&b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
-		}
-		if d.Verified {
-			fmt.Fprintf(&b, "; verified: every message completed exactly once\n")
-		} else {
-			fmt.Fprintf(&b, "; VERIFICATION FAILED: %s\n", d.Problem)
+		writeDrain(&b, res, r.API)
+		if r.Raw != nil {
+			writeDrain(&b, res, r.Raw)
 		}
 	}
 	if res.APIVsRaw > 0 {
@@ -70,12 +60,23 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	return err
 }
 
-// roundOf returns the 1-based round of res that d belongs to.
-func roundOf(res Result, d *Drain) int {
-	for i, r := range res.Rounds {
-		if r.API == d || r.Raw == d {
-			return i + 1
+// writeDrain writes drain d of res: its rate, its latencies and whether it
+// verified.
+func writeDrain(b *strings.Builder, res Result, d *Drain) {
+	fmt.Fprintf(b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
+		d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
+	if d.Method == "leasing" {
+		if d.RoundTrips == 1 {
+			fmt.Fprintf(b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)
+		} else {
+			fmt.Fprintf(b, "\n         two round trips per batch: claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
 		}
+	} else {
+		fmt.Fprintf(b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
 	}
-	return 0
+	if d.Verified {
+		fmt.Fprintf(b, "; verified: every message completed exactly once\n")
+	} else {
+		fmt.Fprintf(b, "; VERIFICATION FAILED: %s\n", d.Problem)
+	}
 }

@@ -167,17 +167,9 @@ type IndexState struct {
 	Valid bool `json:"valid"`
 }
 
-// tableOf returns queue q's table name.
-func tableOf(q leasing.Queue) string {
-	if q == leasing.Outbox {
-		return "outbox_messages"
-	}
-	return "inbox_messages"
-}
-
 // RequiredIndexes returns the indexes queue q's statements rely on.
 func RequiredIndexes(q leasing.Queue) []string {
-	t := tableOf(q)
+	t := q.Table()
 	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_expiry_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx"}
 	if q == leasing.Inbox {
 		idx = append(idx, "inbox_messages_idempotency_key_idx")
@@ -233,7 +225,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error
 
 func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options) (QueueReport, error) {
 	g := gen.New()
-	t := tableOf(q)
+	t := q.Table()
 	qr := QueueReport{
 		Queue: string(q), Table: t, Indexes: []IndexState{}, ClaimPlan: []string{}, ClaimIndexes: []string{},
 		Depth: map[string]int64{}, StorageOptions: []string{}, Problems: []string{}, Warnings: []string{},
