@@ -270,8 +270,18 @@ WITH input AS (
 ), locked AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
-    -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- against what the first attempt left. The fence is checked on these
+    -- locked values (l), which no one can change before this statement
+    -- commits, and never on m: a condition on m's status lets the planner
+    -- read m through inbox_messages_inflight_idx, whose statistics may call it
+    -- empty while thousands of rows are in flight (the table was analyzed
+    -- when quiet), at O(rows in flight) per batch. With the fence on l, m
+    -- is found through the primary key. l carries the input's generation
+    -- so that the UPDATE does not join input again: the planner takes an
+    -- array parameter for 10 elements and would nest that join, at
+    -- O(batch²).
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -282,11 +292,10 @@ WITH input AS (
         completed_at     = coalesce($4::timestamptz, statement_timestamp()),
         lease_expires_at = NULL
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'processing'
-      AND m.lease_owner = $1::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'processing'
+      AND l.lease_owner = $1::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -385,7 +394,9 @@ WITH input AS (
            unnest($2::bigint[]) AS lease_generation,
            unnest($3::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in InboxComplete: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation, i.last_error
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -394,16 +405,15 @@ WITH input AS (
     UPDATE inbox_messages AS m
     SET status           = 'dead_lettered',
         dead_lettered_at = coalesce($4::timestamptz, statement_timestamp()),
-        last_error       = i.last_error,
+        last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
         outcome          = 'dead_lettered'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'processing'
-      AND m.lease_owner = $5::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'processing'
+      AND l.lease_owner = $5::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -547,7 +557,9 @@ WITH input AS (
            unnest($3::interval[]) AS retry_delay,
            unnest($4::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in InboxComplete: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation, i.retry_delay, i.last_error
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -555,17 +567,16 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'failed',
-        visible_after    = coalesce($5::timestamptz, statement_timestamp()) + i.retry_delay,
-        last_error       = i.last_error,
+        visible_after    = coalesce($5::timestamptz, statement_timestamp()) + l.retry_delay,
+        last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
         outcome          = 'failed'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'processing'
-      AND m.lease_owner = $6::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'processing'
+      AND l.lease_owner = $6::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -861,7 +872,9 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in InboxComplete: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -876,11 +889,10 @@ WITH input AS (
         outcome_generation = m.lease_generation,
         outcome          = 'released'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'processing'
-      AND m.lease_owner = $4::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'processing'
+      AND l.lease_owner = $4::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -1002,11 +1014,15 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id
+    -- The rows still leased to this owner under the input's generation,
+    -- locked in key order. No condition on m's status here: it would let
+    -- the planner read m through inbox_messages_inflight_idx (see InboxComplete);
+    -- the fence below reads the status on these locked values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.lease_expires_at,
+           i.lease_generation AS input_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
-    WHERE m.status = 'processing'
-      AND m.lease_owner = $3::text
+    WHERE m.lease_owner = $3::text
       AND m.lease_generation = i.lease_generation
     ORDER BY m.message_id
     FOR UPDATE OF m
@@ -1014,12 +1030,11 @@ WITH input AS (
     UPDATE inbox_messages AS m
     SET lease_expires_at = coalesce($4::timestamptz, statement_timestamp()) + $5::interval
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'processing'
-      AND m.lease_owner = $3::text
-      AND m.lease_generation = i.lease_generation
-      AND m.lease_expires_at > coalesce($4::timestamptz, statement_timestamp())
+      AND l.status = 'processing'
+      AND l.lease_owner = $3::text
+      AND l.lease_generation = l.input_generation
+      AND l.lease_expires_at > coalesce($4::timestamptz, statement_timestamp())
     RETURNING m.message_id, m.lease_expires_at
 )
 SELECT message_id, lease_expires_at::timestamptz AS lease_expires_at

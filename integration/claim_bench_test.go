@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +158,57 @@ func BenchmarkCompleteAndClaim(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(messages)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkProcessorDrain measures what Processor users get: four
+// processors on one pool (leasing.RegisterTypes) drain 50,000 due inbox
+// messages with a handler that returns at once, batch 100, each holding up
+// to Concurrency leases. One op is one drain, refilled off the clock, from
+// Run to every Run returned (the last outcomes are written at shutdown); it
+// checks that every message was completed and reports messages/s.
+func BenchmarkProcessorDrain(b *testing.B) {
+	for _, concurrency := range []int{100, 1_000} {
+		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+			ctx := context.Background()
+			pool := benchPool(b)
+			const n = 50_000
+			var drained time.Duration
+			for range b.N {
+				b.StopTimer()
+				benchRefill(b, pool, n)
+				b.StartTimer()
+				var handled atomic.Int64
+				all := make(chan struct{})
+				handler := func(context.Context, leasing.Lease) error {
+					if handled.Add(1) == n {
+						close(all)
+					}
+					return nil
+				}
+				runCtx, stop := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				start := time.Now()
+				for range 4 {
+					store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+					require.NoError(b, err)
+					p, err := leasing.NewProcessor(store, handler, leasing.ProcessorOptions{
+						BatchSize: 100, Concurrency: concurrency, PollInterval: 10 * time.Millisecond,
+						OnError: func(err error) { b.Error(err) },
+					})
+					require.NoError(b, err)
+					wg.Go(func() { _ = p.Run(runCtx) })
+				}
+				<-all
+				stop()
+				wg.Wait()
+				drained += time.Since(start)
+				var left int
+				require.NoError(b, pool.QueryRow(ctx, "SELECT count(*) FROM inbox_messages WHERE status <> 'completed'").Scan(&left))
+				require.Zero(b, left, "messages not completed")
+			}
+			b.ReportMetric(float64(n*b.N)/drained.Seconds(), "msgs/s")
 		})
 	}
 }

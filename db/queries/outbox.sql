@@ -137,8 +137,18 @@ WITH input AS (
 ), locked AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
-    -- against what the first attempt left.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- against what the first attempt left. The fence is checked on these
+    -- locked values (l), which no one can change before this statement
+    -- commits, and never on m: a condition on m's status lets the planner
+    -- read m through outbox_messages_inflight_idx, whose statistics may call it
+    -- empty while thousands of rows are in flight (the table was analyzed
+    -- when quiet), at O(rows in flight) per batch. With the fence on l, m
+    -- is found through the primary key. l carries the input's generation
+    -- so that the UPDATE does not join input again: the planner takes an
+    -- array parameter for 10 elements and would nest that join, at
+    -- O(batch²).
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -149,11 +159,10 @@ WITH input AS (
         published_at     = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
         lease_expires_at = NULL
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'publishing'
+      AND l.lease_owner = @lease_owner::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -179,7 +188,9 @@ WITH input AS (
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in OutboxPublish: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation, i.last_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -188,16 +199,15 @@ WITH input AS (
     UPDATE outbox_messages AS m
     SET status           = 'dead_lettered',
         dead_lettered_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-        last_error       = i.last_error,
+        last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
         outcome          = 'dead_lettered'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'publishing'
+      AND l.lease_owner = @lease_owner::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -255,7 +265,9 @@ WITH input AS (
            unnest(@retry_delays::interval[]) AS retry_delay,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in OutboxPublish: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation, i.retry_delay, i.last_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -263,17 +275,16 @@ WITH input AS (
 ), applied AS (
     UPDATE outbox_messages AS m
     SET status           = 'failed',
-        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + i.retry_delay,
-        last_error       = i.last_error,
+        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + l.retry_delay,
+        last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
         outcome          = 'failed'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'publishing'
+      AND l.lease_owner = @lease_owner::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -364,7 +375,9 @@ WITH input AS (
     SELECT unnest(@message_ids::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome
+    -- As in OutboxPublish: locked in key order, and the fence reads these values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+           i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -379,11 +392,10 @@ WITH input AS (
         outcome_generation = m.lease_generation,
         outcome          = 'released'
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
-      AND m.lease_generation = i.lease_generation
+      AND l.status = 'publishing'
+      AND l.lease_owner = @lease_owner::text
+      AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
 SELECT i.message_id::uuid AS message_id,
@@ -438,11 +450,15 @@ WITH input AS (
     SELECT unnest(@message_ids::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
-    SELECT m.message_id
+    -- The rows still leased to this owner under the input's generation,
+    -- locked in key order. No condition on m's status here: it would let
+    -- the planner read m through outbox_messages_inflight_idx (see OutboxPublish);
+    -- the fence below reads the status on these locked values.
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.lease_expires_at,
+           i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
-    WHERE m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
+    WHERE m.lease_owner = @lease_owner::text
       AND m.lease_generation = i.lease_generation
     ORDER BY m.message_id
     FOR UPDATE OF m
@@ -450,12 +466,11 @@ WITH input AS (
     UPDATE outbox_messages AS m
     SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval
     FROM locked AS l
-    JOIN input AS i ON i.message_id = l.message_id
     WHERE m.message_id = l.message_id
-      AND m.status = 'publishing'
-      AND m.lease_owner = @lease_owner::text
-      AND m.lease_generation = i.lease_generation
-      AND m.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      AND l.status = 'publishing'
+      AND l.lease_owner = @lease_owner::text
+      AND l.lease_generation = l.input_generation
+      AND l.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
     RETURNING m.message_id, m.lease_expires_at
 )
 SELECT message_id, lease_expires_at::timestamptz AS lease_expires_at
