@@ -271,8 +271,8 @@ WITH input AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
     -- read sees the latest committed version, so a retried write is classified
     -- against what the first attempt left. The fence is checked on these
-    -- locked values (l), which no one can change before this statement
-    -- commits, and never on m: a condition on m's status lets the planner
+    -- locked values (l), which no one else can change until this
+    -- transaction ends, and never on m: a condition on m's status lets the planner
     -- read m through inbox_messages_inflight_idx, whose statistics may call it
     -- empty while thousands of rows are in flight (the table was analyzed
     -- when quiet), at O(rows in flight) per batch. With the fence on l, m
@@ -1014,10 +1014,11 @@ WITH input AS (
     SELECT unnest($1::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
-    -- The rows still leased to this owner under the input's generation,
-    -- locked in key order. No condition on m's status here: it would let
-    -- the planner read m through inbox_messages_inflight_idx (see InboxComplete);
-    -- the fence below reads the status on these locked values.
+    -- The rows of this owner under the input's generation, locked in key
+    -- order: those still leased, and those its own outcome write has just
+    -- finished, which the fence below refuses. No condition on m's status
+    -- here: it would let the planner read m through inbox_messages_inflight_idx
+    -- (see InboxComplete).
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.lease_expires_at,
            i.lease_generation AS input_generation
     FROM inbox_messages AS m
