@@ -92,6 +92,21 @@ func BenchmarkClaim(b *testing.B) {
 	}
 }
 
+// benchLoopRows is how many due rows the drain-loop benchmarks fill and
+// refill at a time.
+const benchLoopRows = 20_000
+
+// benchLoopStore returns a benchPool filled with benchLoopRows due inbox
+// rows and the inbox store on it.
+func benchLoopStore(b *testing.B) (*pgxpool.Pool, *leasing.Postgres) {
+	b.Helper()
+	pool := benchPool(b)
+	benchFill(b, pool, benchLoopRows, 0)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(b, err)
+	return pool, store
+}
+
 // BenchmarkClaimComplete measures the drain loop of one worker through the
 // leasing API: Claim of a batch, then one Complete of the batch, each in
 // its own transaction (synchronous commit as the server is set). The table
@@ -100,11 +115,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for _, batch := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
-			pool := benchPool(b)
-			const refill = 20_000
-			benchFill(b, pool, refill, 0)
-			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
-			require.NoError(b, err)
+			pool, store := benchLoopStore(b)
 			req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: batch, LeaseFor: time.Minute}
 
 			var messages int
@@ -114,7 +125,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				require.NoError(b, err)
 				if len(leases) == 0 {
 					b.StopTimer()
-					benchRefill(b, pool, refill)
+					benchRefill(b, pool, benchLoopRows)
 					b.StartTimer()
 					continue
 				}
@@ -135,11 +146,7 @@ func BenchmarkCompleteAndClaim(b *testing.B) {
 	for _, batch := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
-			pool := benchPool(b)
-			const refill = 20_000
-			benchFill(b, pool, refill, 0)
-			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
-			require.NoError(b, err)
+			pool, store := benchLoopStore(b)
 			req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: batch, LeaseFor: time.Minute}
 
 			var messages int
@@ -153,7 +160,7 @@ func BenchmarkCompleteAndClaim(b *testing.B) {
 				held = next
 				if len(held) == 0 {
 					b.StopTimer()
-					benchRefill(b, pool, refill)
+					benchRefill(b, pool, benchLoopRows)
 					b.StartTimer()
 				}
 			}

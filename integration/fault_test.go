@@ -117,12 +117,15 @@ func waitStatus(tb testing.TB, url string, q leasing.Queue, id uuid.UUID, status
 	}
 }
 
-// faultWrites are the four outcome writes with the status each leaves.
-var faultWrites = []struct {
+// faultWrite is one fenced write of a lease, with the status it leaves.
+type faultWrite struct {
 	name   string
 	status func(q leasing.Queue) string
 	do     func(ctx context.Context, s leasing.Store, l leasing.Lease) (leasing.WriteResult, error)
-}{
+}
+
+// faultWrites are the four outcome writes.
+var faultWrites = []faultWrite{
 	{"Complete", func(q leasing.Queue) string { return string(q.Succeeded()) },
 		func(ctx context.Context, s leasing.Store, l leasing.Lease) (leasing.WriteResult, error) {
 			return s.Complete(ctx, l)
@@ -751,11 +754,7 @@ func TestFaultWriteRacesCommittedChange(t *testing.T) {
 	admin := adminConn(t, url)
 	const app = "leasestore-fault-race"
 	pool := newPool(t, url, app, 1)
-	writes := append([]struct {
-		name   string
-		status func(q leasing.Queue) string
-		do     func(ctx context.Context, s leasing.Store, l leasing.Lease) (leasing.WriteResult, error)
-	}{{"Renew", func(q leasing.Queue) string { return string(q.InFlight()) },
+	writes := append([]faultWrite{{"Renew", func(q leasing.Queue) string { return string(q.InFlight()) },
 		func(ctx context.Context, s leasing.Store, l leasing.Lease) (leasing.WriteResult, error) {
 			res, err := s.Renew(ctx, time.Hour, l)
 			if err != nil {
