@@ -33,7 +33,7 @@ stress: db-start ## Long reliability runs: 100k-message stress, faults, restart,
 	bash scripts/stress.sh
 
 bench: db-start ## Run the leasectl benchmark.
-	go run ./cmd/leasectl bench --rounds 3
+	go run ./cmd/leasectl bench --rounds 5
 
 lint: ## go vet and gofmt.
 	go vet ./...

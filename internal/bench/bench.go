@@ -267,6 +267,14 @@ type Drain struct {
 	CompleteAndClaimP99Ms float64 `json:"complete_and_claim_p99_ms,omitempty"`
 	// LoopAvgMs is pgbench's average latency of one claim + complete loop.
 	LoopAvgMs float64 `json:"loop_avg_ms,omitempty"`
+	// ClientCPUSeconds is the CPU time (user + system, seconds) the
+	// draining client used during the drain: this process for leasing (its
+	// workers, the vacuum policy's loop, the progress line and the
+	// claim-cost sampler when it runs), the pgbench process for pgbench
+	// (its connections included). On a machine whose cores the client shares with
+	// the server, it is CPU the server did not get. 0 where the system does
+	// not report it.
+	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.
 	Autovacuums int64 `json:"autovacuums"`
 	// Vacuums counts the other VACUUMs of the table during the drain: the

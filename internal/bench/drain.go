@@ -66,6 +66,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	stopProgress := progress.drain("leasing", want, &drained)
 
+	cpu0, cpuKnown := processCPU()
 	start := time.Now()
 	for w := range cfg.Workers {
 		wg.Add(1)
@@ -80,6 +81,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
@@ -95,6 +97,9 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 
 	d := Drain{
 		Method: "leasing", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds(),
+	}
+	if cpuKnown {
+		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
 	}
 	var claimLat, completeLat, pipelineLat []time.Duration
 	seen := make(map[uuid.UUID]struct{}, want)
@@ -149,6 +154,12 @@ type workerStats struct {
 // sampler's rolled-back one) is retried after 1 ms.
 func work(ctx context.Context, cfg Config, store *leasing.Postgres, want int64, claimed, drained *atomic.Int64, st *workerStats, sampleTick chan<- struct{}, gate *sync.RWMutex) error {
 	req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: cfg.BatchSize, LeaseFor: cfg.LeaseFor}
+	// The tally is sized for a worker's even share and a quarter more, so
+	// that the drain's clock does not time it growing.
+	share := (want/int64(cfg.Workers) + int64(cfg.BatchSize)) * 5 / 4
+	steps := share/int64(cfg.BatchSize) + 1
+	st.ids = make([]uuid.UUID, 0, share)
+	st.claimLat, st.completeLat, st.pipelineLat = make([]time.Duration, 0, steps), make([]time.Duration, 0, steps), make([]time.Duration, 0, steps)
 	var held []leasing.Lease
 	for len(held) > 0 || claimed.Load() < want {
 		done := len(held)

@@ -129,6 +129,7 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 	d := Drain{
 		Method: "pgbench", Seconds: seconds, MessagesPerSecond: float64(want) / seconds,
 		Claims: int(txns), LoopAvgMs: lat,
+		ClientCPUSeconds: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
 	}
 	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, err

@@ -74,6 +74,9 @@ func writeDrain(b *strings.Builder, res Result, d *Drain) {
 	} else {
 		fmt.Fprintf(b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
 	}
+	if d.ClientCPUSeconds > 0 {
+		fmt.Fprintf(b, "; client CPU %.2f s", d.ClientCPUSeconds)
+	}
 	if d.Verified {
 		fmt.Fprintf(b, "; verified: every message completed exactly once\n")
 	} else {
