@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +15,8 @@ import (
 // TestBenchRun runs a small bench end to end on both queues (the outbox in
 // two rounds), pgbench baseline included when pgbench is installed, and
 // requires every drain to verify (every message completed exactly once,
-// other rows untouched) and to report its client's CPU time. With the
-// baseline the claim-cost samples come from a drain of their own.
+// other rows untouched) and, on Linux, to report its client's CPU time.
+// With the baseline the claim-cost samples come from a drain of their own.
 func TestBenchRun(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -41,7 +42,9 @@ func TestBenchRun(t *testing.T) {
 			require.Len(t, res.Rounds, c.rounds)
 			for _, d := range res.Drains() {
 				require.True(t, d.Verified, "%s: %s", d.Method, d.Problem)
-				require.Positive(t, d.ClientCPUSeconds, "%s: client CPU of the drain", d.Method)
+				if runtime.GOOS == "linux" { // elsewhere the figure may be unknown (0)
+					require.Positive(t, d.ClientCPUSeconds, "%s: client CPU of the drain", d.Method)
+				}
 			}
 			if res.Raw == nil {
 				t.Logf("pgbench baseline skipped: %s", res.RawSkipped)

@@ -267,13 +267,16 @@ type Drain struct {
 	CompleteAndClaimP99Ms float64 `json:"complete_and_claim_p99_ms,omitempty"`
 	// LoopAvgMs is pgbench's average latency of one claim + complete loop.
 	LoopAvgMs float64 `json:"loop_avg_ms,omitempty"`
-	// ClientCPUSeconds is the CPU time (user + system, seconds) the
-	// draining client used during the drain: this process for leasing (its
-	// workers, the vacuum policy's loop, the progress line and the
-	// claim-cost sampler when it runs), the pgbench process for pgbench
-	// (its connections included). On a machine whose cores the client shares with
-	// the server, it is CPU the server did not get. 0 where the system does
-	// not report it.
+	// ClientCPUSeconds is the CPU time (user + system, seconds) of the
+	// draining client. For leasing it is this whole process from the
+	// workers' start to their end, the pools already connected: the
+	// workers, the vacuum policy's loop, the progress line, the claim-cost
+	// sampler when it runs, and garbage collection, also of garbage left
+	// by the fill (and anything else the process runs meanwhile, e.g.
+	// parallel tests). For pgbench it is the pgbench process's whole life,
+	// its connecting included, which Seconds leaves out. On a machine
+	// whose cores the client shares with the server, it is CPU the server
+	// did not get. 0 where the system does not report it.
 	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.
 	Autovacuums int64 `json:"autovacuums"`

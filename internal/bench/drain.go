@@ -66,6 +66,9 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	stopProgress := progress.drain("leasing", want, &drained)
 
+	for i := range workers {
+		workers[i].reserve(cfg, want)
+	}
 	cpu0, cpuKnown := processCPU()
 	start := time.Now()
 	for w := range cfg.Workers {
@@ -146,6 +149,20 @@ type workerStats struct {
 	claimLat, completeLat, pipelineLat []time.Duration
 }
 
+// reserve sizes st for a worker's even share of want messages and a
+// quarter more, before the drain starts, so that neither the drain's clock
+// nor its client CPU time counts the tally growing.
+func (st *workerStats) reserve(cfg Config, want int64) {
+	share := (want/int64(cfg.Workers) + int64(cfg.BatchSize)) * 5 / 4
+	steps := share/int64(cfg.BatchSize) + 1
+	st.ids = make([]uuid.UUID, 0, share)
+	if cfg.TwoRoundTrips {
+		st.claimLat, st.completeLat = make([]time.Duration, 0, steps), make([]time.Duration, 0, steps)
+	} else {
+		st.pipelineLat = make([]time.Duration, 0, steps)
+	}
+}
+
 // work claims and completes batches until want messages were claimed in
 // all and it holds none. Each step completes the batch the previous step
 // claimed and claims the next, in one CompleteAndClaim call, or, with
@@ -154,12 +171,6 @@ type workerStats struct {
 // sampler's rolled-back one) is retried after 1 ms.
 func work(ctx context.Context, cfg Config, store *leasing.Postgres, want int64, claimed, drained *atomic.Int64, st *workerStats, sampleTick chan<- struct{}, gate *sync.RWMutex) error {
 	req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: cfg.BatchSize, LeaseFor: cfg.LeaseFor}
-	// The tally is sized for a worker's even share and a quarter more, so
-	// that the drain's clock does not time it growing.
-	share := (want/int64(cfg.Workers) + int64(cfg.BatchSize)) * 5 / 4
-	steps := share/int64(cfg.BatchSize) + 1
-	st.ids = make([]uuid.UUID, 0, share)
-	st.claimLat, st.completeLat, st.pipelineLat = make([]time.Duration, 0, steps), make([]time.Duration, 0, steps), make([]time.Duration, 0, steps)
 	var held []leasing.Lease
 	for len(held) > 0 || claimed.Load() < want {
 		done := len(held)
