@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
@@ -32,13 +33,14 @@ type queue struct {
 	genFile  string   // generated file holding the claim SQL
 	genConst string   // unexported constant in genFile
 	writes   []string // constants in genFile of the fenced writes
+	vacuum   string   // constant in gen/maintenance.sql.go of the vacuum policy's VACUUM
 }
 
 var queues = []queue{
 	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox.sql.go", "inboxClaim",
-		[]string{"inboxRenew", "inboxRelease", "inboxComplete", "inboxFail", "inboxDeadLetter"}},
+		[]string{"inboxRenew", "inboxRelease", "inboxComplete", "inboxFail", "inboxDeadLetter"}, "inboxVacuum"},
 	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox.sql.go", "outboxClaim",
-		[]string{"outboxRenew", "outboxRelease", "outboxPublish", "outboxFail", "outboxDeadLetter"}},
+		[]string{"outboxRenew", "outboxRelease", "outboxPublish", "outboxFail", "outboxDeadLetter"}, "outboxVacuum"},
 }
 
 // planNode is one node of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON).
@@ -46,6 +48,7 @@ type planNode struct {
 	NodeType   string     `json:"Node Type"`
 	Subplan    string     `json:"Subplan Name"`
 	IndexName  string     `json:"Index Name"`
+	Relation   string     `json:"Relation Name"`
 	ActualRows float64    `json:"Actual Rows"`
 	Loops      float64    `json:"Actual Loops"`
 	SharedHit  int64      `json:"Shared Hit Blocks"`
@@ -245,6 +248,63 @@ func TestFencedWritesLinearInBatch(t *testing.T) {
 	}
 }
 
+// TestFencedWritePlanAfterVacuum: a connection keeps the generic plan it
+// made at a statement's first execution. Made while the table held a few
+// rows (a fresh deployment), a fenced write's plan reads the table
+// sequentially, and keeps doing so as the table grows: inserts do not
+// replan it. The next VACUUM of the table updates its size statistics,
+// which makes PostgreSQL plan the prepared statement again, now with a
+// primary-key lookup. The processors' vacuum policy runs that VACUUM (the
+// generated InboxVacuum / OutboxVacuum) at 5,000 dead rows, so the README's
+// known limit lasts until then. The first half asserts the limit itself:
+// when it fails, PostgreSQL no longer makes such a plan and the README
+// should say so.
+func TestFencedWritePlanAfterVacuum(t *testing.T) {
+	t.Parallel()
+	for _, q := range queues {
+		t.Run(q.table, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			conn := connect(t)
+			_, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+			require.NoError(t, err)
+			seed(t, conn, q, q.inFlight, 0, 9)
+			statements := make(map[string]*pgconn.StatementDescription, len(q.writes))
+			for _, name := range q.writes {
+				statements[name], err = conn.Prepare(ctx, name, generatedSQL(t, q.genFile, name))
+				require.NoError(t, err)
+			}
+			// plans runs every write once, rolled back, on its cached plan
+			// and returns whether each read the table sequentially.
+			plans := func(ids string) map[string]bool {
+				seq := make(map[string]bool, len(statements))
+				for name, sd := range statements {
+					tx, err := conn.Begin(ctx)
+					require.NoError(t, err)
+					root := explainPrepared(t, tx, sd, ids)
+					require.NoError(t, tx.Rollback(ctx))
+					walk(root, nil, func(n planNode, _ []planNode) {
+						if n.NodeType == "Seq Scan" && n.Relation == q.table {
+							seq[name] = true
+						}
+					})
+				}
+				return seq
+			}
+			plans(leasedIDs(t, conn, q, claimBatch)) // the first execution makes the generic plan
+			seed(t, conn, q, q.inFlight, 10, 49_999)
+			before := plans(leasedIDs(t, conn, q, claimBatch))
+			t.Logf("sequential reads at 50,000 rows before VACUUM: %v", before)
+			require.NotEmpty(t, before, "no write kept a sequential plan: update the README's known limit")
+
+			_, err = conn.Exec(ctx, generatedSQL(t, "../gen/maintenance.sql.go", q.vacuum))
+			require.NoError(t, err)
+			after := plans(leasedIDs(t, conn, q, claimBatch))
+			require.Empty(t, after, "sequential reads after VACUUM")
+		})
+	}
+}
+
 // rowsProcessed returns the rows every node of the plan returned, summed
 // over its loops.
 func rowsProcessed(root planNode) float64 {
@@ -267,8 +327,7 @@ func leasedIDs(t *testing.T, conn *pgx.Conn, q queue, n int) string {
 // explainWrite runs a generated fenced write under EXPLAIN (ANALYZE,
 // BUFFERS) as a prepared statement, with planMode as plan_cache_mode, for
 // the leases ids (a uuid[] literal) of owner 'seed' at generation 1, in a
-// transaction it rolls back. EXECUTE takes literals, so each parameter
-// gets one by its type: the statements have at most one of each.
+// transaction it rolls back.
 func explainWrite(t *testing.T, conn *pgx.Conn, sql, planMode, ids string) planNode {
 	t.Helper()
 	ctx := t.Context()
@@ -279,6 +338,18 @@ func explainWrite(t *testing.T, conn *pgx.Conn, sql, planMode, ids string) planN
 	require.NoError(t, err)
 	sd, err := tx.Prepare(ctx, "fenced_write", sql)
 	require.NoError(t, err)
+	root := explainPrepared(t, tx, sd, ids)
+	require.NoError(t, tx.Conn().Deallocate(ctx, "fenced_write"))
+	return root
+}
+
+// explainPrepared runs the prepared fenced write sd under EXPLAIN (ANALYZE,
+// BUFFERS) on tx, with the plan PostgreSQL has cached for it, for the
+// leases ids (a uuid[] literal) of owner 'seed' at generation 1. EXECUTE
+// takes literals, so each parameter gets one by its type: the statements
+// have at most one of each. The write takes effect in tx.
+func explainPrepared(t *testing.T, tx pgx.Tx, sd *pgconn.StatementDescription, ids string) planNode {
+	t.Helper()
 	n := strings.Count(ids, ",") + 1
 	literal := map[uint32]string{
 		pgtype.UUIDArrayOID:     pgQuote(ids) + "::uuid[]",
@@ -296,9 +367,8 @@ func explainWrite(t *testing.T, conn *pgx.Conn, sql, planMode, ids string) planN
 		args[i] = l
 	}
 	var out []struct{ Plan planNode }
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE fenced_write("+strings.Join(args, ", ")+")").Scan(&out)
+	err := tx.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE "+pgx.Identifier{sd.Name}.Sanitize()+"("+strings.Join(args, ", ")+")").Scan(&out)
 	require.NoError(t, err)
-	require.NoError(t, tx.Conn().Deallocate(ctx, "fenced_write"))
 	require.Len(t, out, 1)
 	return out[0].Plan
 }
