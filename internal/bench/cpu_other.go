@@ -4,5 +4,6 @@ package bench
 
 import "time"
 
-// processCPU reports false: this system's process CPU time is not read.
-func processCPU() (time.Duration, bool) { return 0, false }
+// ProcessCPU reports false: this system's process CPU time is not read
+// (see cpu_unix.go).
+func ProcessCPU() (time.Duration, bool) { return 0, false }

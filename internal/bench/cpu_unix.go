@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time (user + system) this process has used so
-// far, or false when the system does not report it.
-func processCPU() (time.Duration, bool) {
+// ProcessCPU returns the CPU time (user + system) this process has used
+// so far, all its threads, or false when the system does not report it.
+func ProcessCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false

@@ -69,7 +69,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	for i := range workers {
 		workers[i].reserve(cfg, want)
 	}
-	cpu0, cpuKnown := processCPU()
+	cpu0, cpuKnown := ProcessCPU()
 	start := time.Now()
 	for w := range cfg.Workers {
 		wg.Add(1)
@@ -84,7 +84,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, _ := processCPU()
+	cpu1, _ := ProcessCPU()
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
