@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -230,7 +231,9 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 //     tried up to 5 times in all, with backoff (a retried write that had
 //     committed reports already_applied), then given up: the lease is no
 //     longer renewed, so the row expires and is reclaimed. A write the
-//     fence refuses counts persist_rejected.
+//     fence refuses counts persist_rejected. At most Concurrency+1
+//     outcomes wait for the writer: a worker with one more keeps its slot
+//     until there is room, so a store slow to write stops the claims.
 //   - Shutdown (context cancelled or Stop): claiming stops; leases whose
 //     handler has not started are released at once (Release: due again at
 //     once, attempt returned); running handlers get ShutdownGrace, then
@@ -347,7 +350,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer close(p.done)
 
 	base := context.WithoutCancel(ctx)
-	w := &writer{p: p, base: base, in: make(chan []pendingWrite, p.opts.Concurrency+1), done: make(chan struct{})}
+	w := newWriter(p, base, p.opts.Concurrency+1)
 	go w.run()
 	hbCtx, stopHeartbeat := context.WithCancel(base)
 	hbDone := make(chan struct{})
@@ -365,7 +368,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	}()
 
-	r := &run{p: p, base: base, w: w, freed: make(chan struct{}, p.opts.Concurrency), retry: make(chan struct{}, 1)}
+	r := &run{p: p, base: base, w: w, freed: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
 	w.onRetry = r.retrySoon
 	r.loop(ctx)
 	stopVacuum() // frees its pool connection for the shutdown's writes
@@ -420,16 +423,17 @@ func count(c metric.Int64Counter, n int) {
 }
 
 // run is the state of one Run call. Its loop goroutine alone touches
-// waiting and running; workers send on freed and the writer calls
-// retrySoon.
+// waiting and running; workers count themselves in finished and signal
+// freed, and the writer calls retrySoon.
 type run struct {
-	p       *Processor
-	base    context.Context // Run's values, never cancelled
-	w       *writer
-	waiting []*heldLease   // claimed, in claim order, not started
-	running int            // workers started and not yet seen on freed
-	freed   chan struct{}  // one send per finished worker
-	wg      sync.WaitGroup // workers
+	p        *Processor
+	base     context.Context // Run's values, never cancelled
+	w        *writer
+	waiting  []*heldLease   // claimed, in claim order, not started
+	running  int            // workers started and not yet taken from finished
+	finished atomic.Int64   // workers finished since the loop last looked
+	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
+	wg       sync.WaitGroup // workers
 
 	// sweepUntil is set after a failed claim: until then, each claim is
 	// preceded by a ReleaseOrphans sweep, since the failed claim may have
@@ -497,7 +501,7 @@ func (r *run) loop(ctx context.Context) {
 			}
 			due = true
 		case <-r.freed:
-			r.running--
+			r.running -= int(r.finished.Swap(0))
 		case <-r.retry:
 			r.retryMu.Lock()
 			d := r.retryIn
@@ -617,12 +621,15 @@ func (p *Processor) markLost(h *heldLease) {
 	count(p.metrics.lost, 1)
 }
 
-// untrack stops holding h once its outcome is written or given up.
-func (p *Processor) untrack(h *heldLease) {
+// untrack stops holding the leases of g once their outcomes are written
+// or given up.
+func (p *Processor) untrack(g []pendingWrite) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.held[h.lease.Message.ID] == h {
-		delete(p.held, h.lease.Message.ID)
+	for _, pw := range g {
+		if id := pw.h.lease.Message.ID; p.held[id] == pw.h {
+			delete(p.held, id)
+		}
 	}
 }
 
@@ -641,7 +648,13 @@ func (r *run) dispatch() {
 		go func() {
 			defer r.wg.Done()
 			r.p.finish(h, r.p.call(h.ctx, lease), r.w)
-			r.freed <- struct{}{}
+			// One wake-up for all the workers that finish before the loop
+			// looks, not one per worker.
+			r.finished.Add(1)
+			select {
+			case r.freed <- struct{}{}:
+			default:
+			}
 		}()
 	}
 }
@@ -700,7 +713,7 @@ func (p *Processor) finish(h *heldLease, err error, w *writer) {
 		}
 	}
 	h.cancel(context.Canceled)
-	w.submit([]pendingWrite{pw})
+	w.submit(pw)
 }
 
 // shutdown releases the waiting leases, lets running handlers finish within
@@ -721,7 +734,7 @@ func (r *run) shutdown() {
 	p.mu.Unlock()
 	r.waiting = nil
 	if len(release) > 0 {
-		r.w.submit(release)
+		r.w.submit(release...)
 	}
 
 	finished := make(chan struct{})
@@ -848,36 +861,76 @@ type pendingWrite struct {
 type writer struct {
 	p       *Processor
 	base    context.Context
-	in      chan []pendingWrite
-	done    chan struct{}
 	onRetry func(time.Duration) // called with the retry delay of each failed write applied
+	// limit is how many outcomes may wait: a worker whose outcome finds the
+	// queue full waits, and so does not free its slot, so that a slow
+	// store stops the claims instead of piling up outcomes not yet written.
+	limit int
+
+	mu     sync.Mutex
+	taken  sync.Cond      // on mu: the writer took the queue
+	queue  []pendingWrite // submitted, not yet taken, in submit order
+	closed bool
+	ready  chan struct{} // capacity 1: queue or closed changed since the writer last looked
+	done   chan struct{} // closed when run returns
 }
 
-func (w *writer) submit(b []pendingWrite) { w.in <- b }
+// newWriter returns the writer of p's run; limit is how many outcomes may
+// wait (see writer.limit). Call run to start it.
+func newWriter(p *Processor, base context.Context, limit int) *writer {
+	w := &writer{p: p, base: base, limit: limit, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	w.taken.L = &w.mu
+	return w
+}
+
+// submit queues outcomes for the next write, first waiting while the
+// queue is full (a batch larger than the limit waits for an empty queue).
+func (w *writer) submit(pws ...pendingWrite) {
+	w.mu.Lock()
+	for len(w.queue) > 0 && len(w.queue)+len(pws) > w.limit {
+		w.taken.Wait()
+	}
+	w.queue = append(w.queue, pws...)
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *writer) wake() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
 
 // close stops the writer after it wrote everything submitted.
 func (w *writer) close() {
-	close(w.in)
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wake()
 	<-w.done
 }
 
+// run writes what is queued until close. Two buffers take turns as the
+// queue, so that a busy writer does not allocate one per write.
 func (w *writer) run() {
 	defer close(w.done)
-	for first := range w.in {
-		batch := first
-	collect:
-		for len(batch) < MaxBatchSize {
-			select {
-			case more, ok := <-w.in:
-				if !ok {
-					break collect
-				}
-				batch = append(batch, more...)
-			default:
-				break collect
-			}
+	var spare []pendingWrite
+	for {
+		w.mu.Lock()
+		batch, closed := w.queue, w.closed
+		w.queue = spare[:0]
+		w.taken.Broadcast()
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			w.write(batch)
+			clear(batch) // drop the leases for the garbage collector
+		} else if closed {
+			return
+		} else {
+			<-w.ready
 		}
-		w.write(batch)
+		spare = batch
 	}
 }
 
@@ -898,10 +951,20 @@ func (w *writer) write(batch []pendingWrite) {
 
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	p := w.p
-	leases := make([]Lease, len(g))
-	failures := make([]Failure, len(g))
-	for i, pw := range g {
-		leases[i], failures[i] = pw.failure.Lease, pw.failure
+	var (
+		leases   []Lease   // release and complete
+		failures []Failure // fail and dead letter
+	)
+	if kind == writeRelease || kind == writeComplete {
+		leases = make([]Lease, len(g))
+		for i, pw := range g {
+			leases[i] = pw.failure.Lease
+		}
+	} else {
+		failures = make([]Failure, len(g))
+		for i, pw := range g {
+			failures[i] = pw.failure
+		}
 	}
 	call := func(ctx context.Context) (WriteResult, error) {
 		switch kind {
@@ -916,9 +979,7 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 		}
 	}
 	res, err := w.retry(call)
-	for _, pw := range g {
-		p.untrack(pw.h)
-	}
+	p.untrack(g)
 	if err != nil {
 		// The handlers ran: an orphan sweep must not return these attempts.
 		p.mu.Lock()

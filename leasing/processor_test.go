@@ -540,6 +540,42 @@ func TestProcessor(t *testing.T) {
 		require.EqualValues(t, 0, b.counter("processor.persist_rejected"))
 	})
 
+	t.Run("Persist/SlowStoreStopsClaims", func(t *testing.T) {
+		// While the store does not answer a write, at most Concurrency+1
+		// outcomes wait for the writer; workers with one more keep their
+		// slots, so the processor stops claiming instead of leasing the
+		// whole queue: here at most 2 workers + 3 waiting + what the
+		// blocked write took (1 to 3).
+		t.Parallel()
+		b := setupProcessor(t, leasing.Inbox)
+		ids := b.enqueue(t, 50)
+		store := &storeHooks{Store: b.mem}
+		var claimed atomic.Int64
+		store.claim = func(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error) {
+			leases, err := b.mem.Claim(ctx, r)
+			claimed.Add(int64(len(leases)))
+			return leases, err
+		}
+		answer := make(chan struct{})
+		store.complete = func(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {
+			select {
+			case <-answer:
+			case <-ctx.Done():
+				return leasing.WriteResult{}, ctx.Err()
+			}
+			return b.mem.Complete(ctx, leases...)
+		}
+		b.start(t, store, func(context.Context, leasing.Lease) error { return nil },
+			leasing.ProcessorOptions{Concurrency: 2, BatchSize: 1})
+		waitFor(t, func() bool { return claimed.Load() >= 6 }, "claims until the writer's queue is full")
+		time.Sleep(100 * time.Millisecond) // room for claims that should not happen
+		require.LessOrEqual(t, claimed.Load(), int64(8), "leases claimed while the store did not answer")
+		close(answer)
+		for _, id := range ids {
+			waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "completed once the store answers")
+		}
+	})
+
 	t.Run("Shutdown/ReleasesUnstartedLeasesAtOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setupProcessor(t, leasing.Inbox)
