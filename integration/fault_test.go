@@ -661,15 +661,15 @@ func TestFaultServerRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { ensureServerUp(t) })
 	res := runStress(t, stressConfig{
-		queue:     leasing.Inbox,
-		messages:  20_000,
-		workers:   16,
-		lease:     300 * time.Millisecond,
-		failRate:  0.1,
-		slowRate:  0.02,
-		crashRate: 0.02,
-		restartAt: []time.Duration{3 * time.Second, 10 * time.Second},
-		timeout:   10 * time.Minute,
+		queue:         leasing.Inbox,
+		messages:      20_000,
+		workers:       16,
+		lease:         300 * time.Millisecond,
+		failRate:      0.1,
+		slowRate:      0.02,
+		crashRate:     0.02,
+		restartAtDone: []float64{0.2, 0.6},
+		timeout:       10 * time.Minute,
 	})
 	res.report(t)
 	require.Equal(t, 2, res.restarts)

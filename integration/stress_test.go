@@ -94,10 +94,10 @@ type stressConfig struct {
 	failRate, slowRate, crashRate float64
 	maxAttempts                   int // default 4
 	// Faults.
-	killEvery        time.Duration   // pg_terminate_backend of a random worker backend
-	dropReplyRate    float64         // per statement: the connection dies after sending it
-	workerCrashEvery time.Duration   // a whole worker stops talking to the database, then is replaced
-	restartAt        []time.Duration // restart the PostgreSQL server (long form only)
+	killEvery        time.Duration // pg_terminate_backend of a random worker backend
+	dropReplyRate    float64       // per statement: the connection dies after sending it
+	workerCrashEvery time.Duration // a whole worker stops talking to the database, then is replaced
+	restartAtDone    []float64     // restart the PostgreSQL server when these fractions of the messages are finished, ascending (long form only)
 	timeout          time.Duration
 }
 
@@ -654,24 +654,11 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 			}
 		}()
 	}
+	// Wait until no message is active, restarting the server as the
+	// finished messages pass cfg.restartAtDone (by progress, not by the
+	// clock, so that both restarts fall inside the run on a fast machine
+	// and a slow one).
 	var restarts int
-	if len(cfg.restartAt) > 0 {
-		faults.Add(1)
-		go func() {
-			defer faults.Done()
-			for _, at := range cfg.restartAt {
-				select {
-				case <-time.After(time.Until(began.Add(at))):
-				case <-faultCtx.Done():
-					return
-				}
-				restartServer(t)
-				restarts++
-			}
-		}()
-	}
-
-	// Wait until no message is active.
 	deadline := began.Add(cfg.timeout)
 	var active int64
 	for {
@@ -687,6 +674,11 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 		require.NoError(t, err)
 		if active == 0 || time.Now().After(deadline) {
 			break
+		}
+		if restarts < len(cfg.restartAtDone) && float64(int64(cfg.messages)-active) >= cfg.restartAtDone[restarts]*float64(cfg.messages) {
+			restartServer(t)
+			restarts++
+			continue
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
