@@ -231,9 +231,10 @@ func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
 //     tried up to 5 times in all, with backoff (a retried write that had
 //     committed reports already_applied), then given up: the lease is no
 //     longer renewed, so the row expires and is reclaimed. A write the
-//     fence refuses counts persist_rejected. At most Concurrency+1
-//     outcomes wait for the writer: a worker with one more keeps its slot
-//     until there is room, so a store slow to write stops the claims.
+//     fence refuses counts persist_rejected. When Concurrency+1 outcomes
+//     already wait for the writer, a worker queues its own and keeps its
+//     slot until the writer has taken it, so a store slow to write stops
+//     the claims.
 //   - Shutdown (context cancelled or Stop): claiming stops; leases whose
 //     handler has not started are released at once (Release: due again at
 //     once, attempt returned); running handlers get ShutdownGrace, then
@@ -862,13 +863,16 @@ type writer struct {
 	p       *Processor
 	base    context.Context
 	onRetry func(time.Duration) // called with the retry delay of each failed write applied
-	// limit is how many outcomes may wait: a worker whose outcome finds the
-	// queue full waits, and so does not free its slot, so that a slow
-	// store stops the claims instead of piling up outcomes not yet written.
+	// limit is how many outcomes may wait without holding their worker: a
+	// worker whose outcome finds limit or more waiting still queues it (the
+	// next write takes it) but keeps its slot until the writer has taken
+	// it, so that a slow store stops the claims instead of piling up
+	// outcomes not yet written.
 	limit int
 
 	mu     sync.Mutex
-	taken  sync.Cond      // on mu: the writer took the queue
+	taken  sync.Cond      // on mu: the writer took the queue (takes grew)
+	takes  uint64         // times the writer took the queue
 	queue  []pendingWrite // submitted, not yet taken, in submit order
 	closed bool
 	ready  chan struct{} // capacity 1: queue or closed changed since the writer last looked
@@ -883,16 +887,23 @@ func newWriter(p *Processor, base context.Context, limit int) *writer {
 	return w
 }
 
-// submit queues outcomes for the next write, first waiting while the
-// queue is full (a batch larger than the limit waits for an empty queue).
+// submit queues outcomes for the next write. When limit or more were
+// already waiting it returns only once the writer has taken them.
 func (w *writer) submit(pws ...pendingWrite) {
 	w.mu.Lock()
-	for len(w.queue) > 0 && len(w.queue)+len(pws) > w.limit {
-		w.taken.Wait()
-	}
+	full := len(w.queue) >= w.limit
 	w.queue = append(w.queue, pws...)
+	takes := w.takes
 	w.mu.Unlock()
 	w.wake()
+	if !full {
+		return
+	}
+	w.mu.Lock()
+	for w.takes == takes {
+		w.taken.Wait()
+	}
+	w.mu.Unlock()
 }
 
 func (w *writer) wake() {
@@ -920,7 +931,10 @@ func (w *writer) run() {
 		w.mu.Lock()
 		batch, closed := w.queue, w.closed
 		w.queue = spare[:0]
-		w.taken.Broadcast()
+		if len(batch) > 0 {
+			w.takes++
+			w.taken.Broadcast()
+		}
 		w.mu.Unlock()
 		if len(batch) > 0 {
 			w.write(batch)
