@@ -45,7 +45,7 @@ func applyRoles(tb testing.TB, url string) {
 // test, dropped when the test ends, and returns its name.
 func loginRole(tb testing.TB, adminURL, group string, attrs ...string) string {
 	tb.Helper()
-	name := "leasestore_t_" + strings.ToLower(strings.ReplaceAll(leasing.NewOwner("r")[2:], "-", ""))
+	name := dbtest.RoleName(tb)
 	conn := adminConn(tb, adminURL)
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN "+strings.Join(attrs, " ")+" IN ROLE "+pgx.Identifier{group}.Sanitize())
