@@ -163,7 +163,7 @@ func TestRolesPrivileges(t *testing.T) {
 		denied(operator, "operator", "ALTER TABLE "+table+" ADD COLUMN evil integer")
 		denied(operator, "operator", "DROP TABLE "+table)
 	}
-	denied(processor, "processor", "SELECT * FROM goose_db_version")
+	denied(processor, "processor", "SELECT * FROM leasestore_db_version")
 	denied(processor, "processor", "CREATE TABLE public.evil (id int)")
 	// GRANT without the grant option only warns; it must grant nothing.
 	_, err = processor.Exec(ctx, "GRANT DELETE, TRUNCATE ON inbox_messages TO PUBLIC")

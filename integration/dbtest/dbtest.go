@@ -236,9 +236,10 @@ func buildTemplate(ctx context.Context, conn *pgx.Conn, admin, build, name strin
 }
 
 // migrationHash returns the hex SHA-256 of the embedded migration files'
-// names and contents.
+// names and contents and of the version table they are recorded in.
 func migrationHash() (string, error) {
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", db.VersionTable)
 	err := fs.WalkDir(db.Migrations(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
