@@ -26,7 +26,7 @@
 -- No DELETE: deleting rows is Purge, a retention job run by an operator,
 -- not by processors; a processor that could delete could also make a
 -- message vanish without a terminal state. No TRUNCATE, REFERENCES or
--- TRIGGER, no access to goose_db_version, and no CREATE on the schema (the
+-- TRIGGER, no access to leasestore_db_version, and no CREATE on the schema (the
 -- PostgreSQL 15 default for PUBLIC; this file does not change PUBLIC).
 -- LISTEN needs no privilege, and the insert trigger's pg_notify runs with
 -- the inserting role's rights.

@@ -45,7 +45,7 @@ func applyRoles(tb testing.TB, url string) {
 // test, dropped when the test ends, and returns its name.
 func loginRole(tb testing.TB, adminURL, group string, attrs ...string) string {
 	tb.Helper()
-	name := "leasestore_t_" + strings.ToLower(strings.ReplaceAll(leasing.NewOwner("r")[2:], "-", ""))
+	name := dbtest.RoleName(tb)
 	conn := adminConn(tb, adminURL)
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN "+strings.Join(attrs, " ")+" IN ROLE "+pgx.Identifier{group}.Sanitize())
@@ -163,7 +163,7 @@ func TestRolesPrivileges(t *testing.T) {
 		denied(operator, "operator", "ALTER TABLE "+table+" ADD COLUMN evil integer")
 		denied(operator, "operator", "DROP TABLE "+table)
 	}
-	denied(processor, "processor", "SELECT * FROM goose_db_version")
+	denied(processor, "processor", "SELECT * FROM leasestore_db_version")
 	denied(processor, "processor", "CREATE TABLE public.evil (id int)")
 	// GRANT without the grant option only warns; it must grant nothing.
 	_, err = processor.Exec(ctx, "GRANT DELETE, TRUNCATE ON inbox_messages TO PUBLIC")

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,7 +160,7 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.DatabaseURL(t)
 	admin := adminConn(t, url)
-	ownerName := "leasestore_t_owner_" + strings.ToLower(strings.ReplaceAll(leasing.NewOwner("v")[2:], "-", ""))
+	ownerName := dbtest.RoleName(t)
 	owner := pgx.Identifier{ownerName}.Sanitize()
 	t.Cleanup(func() {
 		// Runs after the login roles are dropped and before the database

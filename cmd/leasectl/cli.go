@@ -147,16 +147,13 @@ func (c *cli) parseLoose(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// parseQueue returns the queue named by --queue.
+// parseQueue returns the queue named by --queue, which is required.
 func parseQueue(s string) (leasing.Queue, error) {
 	if s == "" {
 		return "", usagef("--queue is required: inbox or outbox")
 	}
 	q, err := leasing.ParseQueue(s)
-	if err != nil {
-		return "", usagef("--queue must be inbox or outbox, got %q", s)
-	}
-	return q, nil
+	return q, flagError(err)
 }
 
 // parseQueues returns the queues an optional --queue names: both when s is
@@ -172,17 +169,45 @@ func parseQueues(s string) ([]leasing.Queue, error) {
 	return []leasing.Queue{q}, nil
 }
 
-// flagError turns an *leasing.ArgumentError into a usage error that names
-// the flag, via names (argument field -> flag); other errors pass through.
-func flagError(err error, names map[string]string) error {
+// argumentFlags maps the Field of the library's *leasing.ArgumentError to
+// the flags that set it. The library checks every value the flags carry;
+// leasectl checks only flag syntax and which flags go together.
+var argumentFlags = map[string]string{
+	"queue":          "--queue",
+	"owner":          "--owner",
+	"batch size":     "--batch",
+	"purge batch":    "--batch",
+	"lease duration": "--lease",
+	"older than":     "--older-than",
+	"delay":          "--delay",
+	"payload":        "--payload",
+	"topic":          "--topic",
+	"message text":   "--type, --tenant and --topic",
+	"message ids":    "--id",
+}
+
+// flagError turns an *leasing.ArgumentError into a usage error (exit status
+// 2) that names the flag (argumentFlags); other errors pass through.
+func flagError(err error) error {
 	var ae *leasing.ArgumentError
 	if !errors.As(err, &ae) {
 		return err
 	}
-	if f, ok := names[ae.Field]; ok {
+	if f, ok := argumentFlags[ae.Field]; ok {
 		return usagef("%s %s", f, ae.Reason)
 	}
 	return usagef("%s: %s", ae.Field, ae.Reason)
+}
+
+// storeError is the error of a store call made through lazyPool's pool: a
+// usage error for the library's *leasing.ArgumentError, the server named
+// when the first connection failed, the fix when the schema is missing.
+func (c *cli) storeError(err error) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("cannot reach PostgreSQL at %s: %w", describeURL(c.databaseURL), err)
+	}
+	return flagError(schemaHint(err))
 }
 
 // poolConfig parses the database URL.
@@ -194,7 +219,23 @@ func (c *cli) poolConfig() (*pgxpool.Config, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "leasectl"
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
 	return cfg, nil
+}
+
+// lazyPool opens a pool on the database URL that connects on first use, so
+// that a store call with bad arguments returns the library's
+// *leasing.ArgumentError before any connection is tried: bad input is exit
+// status 2 even when the server is down. Pass the store calls' errors
+// through storeError. Close the pool when done.
+func (c *cli) lazyPool() (*pgxpool.Pool, error) {
+	cfg, err := c.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
 // connect opens a pool on the database URL and checks that the server

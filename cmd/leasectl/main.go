@@ -47,7 +47,7 @@ type command struct {
 
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
-	{"migrate", "up|down|status", "apply the schema, roll back one migration, or show the schema version", runMigrate},
+	{"migrate", "up|down|status|sql", "apply the schema, roll back one migration, show the schema version, or print the SQL", runMigrate},
 	{"enqueue", "--queue Q [--count N] [--delay D] [--tenant T] [--type T] [--topic T] [--payload S] [--json]", "add messages to a queue", runEnqueue},
 	{"claim", "--queue Q --owner O [--batch N] [--lease D] [--tenant T] [--json]", "lease due messages to an owner and print the leases", runClaim},
 	{"stats", "[--queue Q] [--json]", "queue depth by status, expired leases and oldest due age", runStats},

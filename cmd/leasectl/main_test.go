@@ -170,7 +170,7 @@ var badFlagCases = []struct {
 	{"RequeueNeither", []string{"requeue", "--queue", "inbox"}, "--id ID (repeatable) or --all"},
 	{"RequeueBoth", []string{"requeue", "--queue", "inbox", "--all", "--id", "0190a3c4-0000-7000-8000-000000000001"}, "mutually exclusive"},
 	{"RequeueBadID", []string{"requeue", "--queue", "inbox", "--id", "42"}, "not a UUID"},
-	{"RequeueSameIDTwice", []string{"requeue", "--queue", "inbox", "--id", "0190a3c4-0000-7000-8000-000000000001", "--id", "0190a3c4-0000-7000-8000-000000000001"}, "given twice"},
+	{"RequeueSameIDTwice", []string{"requeue", "--queue", "inbox", "--id", "0190a3c4-0000-7000-8000-000000000001", "--id", "0190a3c4-0000-7000-8000-000000000001"}, "appears twice"},
 	{"RequeueNoQueue", []string{"requeue", "--all"}, "--queue is required"},
 	{"PurgeNoOlderThan", []string{"purge", "--queue", "inbox"}, "--older-than"},
 	{"PurgeBatchZero", []string{"purge", "--queue", "inbox", "--older-than", "1h", "--batch", "0"}, "--batch"},

@@ -29,21 +29,14 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case *count < 1:
+	if *count < 1 { // how many copies leasectl sends: the library never sees it
 		return usagef("--count must be at least 1, got %d", *count)
-	case *delay < 0 || *delay > leasing.MaxDelay:
-		return usagef("--delay must be 0..%s, got %s", leasing.MaxDelay, *delay)
-	case *topic != "" && q == leasing.Inbox:
-		return usagef("--topic is an outbox field; the inbox has no topic")
-	case len(*payload) > leasing.MaxPayloadBytes:
-		return usagef("--payload must be at most %d bytes, got %d", leasing.MaxPayloadBytes, len(*payload))
 	}
 	template := leasing.NewMessage{
 		Type: *msgType, TenantID: *tenant, Topic: *topic, Payload: []byte(*payload), Delay: *delay,
 	}
 
-	pool, err := c.connect(ctx)
+	pool, err := c.lazyPool()
 	if err != nil {
 		return err
 	}
@@ -52,9 +45,11 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The library checks the first batch before it connects; every batch
+	// holds the same message, so bad input sends nothing.
 	ids, err := enqueueMany(ctx, store, *count, func(int) leasing.NewMessage { return template })
 	if err != nil {
-		return flagError(schemaHint(err), map[string]string{"message text": "--type, --tenant and --topic"})
+		return c.storeError(err)
 	}
 	if *asJSON {
 		return writeJSON(c.stdout, struct {
@@ -134,16 +129,9 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *owner == "" {
-		return usagef("--owner is required: the lease owner name operators will see")
-	}
 	req := leasing.ClaimRequest{Owner: *owner, BatchSize: *batch, LeaseFor: *lease, TenantID: *tenant}
-	flagNames := map[string]string{"owner": "--owner", "batch size": "--batch", "lease duration": "--lease"}
-	if err := req.Validate(); err != nil {
-		return flagError(err, flagNames)
-	}
 
-	pool, err := c.connect(ctx)
+	pool, err := c.lazyPool()
 	if err != nil {
 		return err
 	}
@@ -154,7 +142,7 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 	}
 	leases, err := store.Claim(ctx, req)
 	if err != nil {
-		return flagError(schemaHint(err), flagNames)
+		return c.storeError(err)
 	}
 
 	note := ""

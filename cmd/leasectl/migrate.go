@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"text/tabwriter"
 	"time"
@@ -13,12 +14,17 @@ import (
 	"github.com/leasestore/leasestore/db"
 )
 
-// runMigrate is "leasectl migrate up|down|status".
+// runMigrate is "leasectl migrate up|down|status|sql".
 func runMigrate(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("migrate", "up|down|status [flags]\n\n"+
+	fs := c.newFlagSet("migrate", "up|down|status|sql [flags]\n\n"+
 		"  up      apply every pending migration\n"+
 		"  down    roll back the most recently applied migration (one step)\n"+
-		"  status  print the schema version and each migration's state")
+		"  status  print the schema version and each migration's state\n"+
+		"  sql     print the goose SQL files, to vendor them into your own migrations\n\n"+
+		"The history is kept in the goose table "+db.VersionTable+", apart from the\n"+
+		"application's goose_db_version; up, down and status first move a history\n"+
+		"that an older leasectl wrote to goose_db_version (see the db package).")
+	only := fs.Int64("version", 0, "sql: print only migration `N` (default all)")
 	// Accept the verb before or after the flags.
 	verb := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -36,11 +42,16 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	switch verb {
+	case "sql":
+		return migrateSQL(c, *only)
 	case "up", "down", "status":
+		if *only != 0 {
+			return usagef("--version is a flag of migrate sql")
+		}
 	case "":
-		return usagef("say up, down or status")
+		return usagef("say up, down or status (or sql to print the migrations)")
 	default:
-		return usagef("unknown migrate action %q: say up, down or status", verb)
+		return usagef("unknown migrate action %q: say up, down, status or sql", verb)
 	}
 
 	pool, err := c.connect(ctx)
@@ -48,6 +59,13 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	moved, err := db.MoveLegacyHistory(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(moved) > 0 {
+		fmt.Fprintf(c.stdout, "moved the history of versions %v from goose_db_version to %s\n", moved, db.VersionTable)
+	}
 	provider, sqlDB, err := db.NewMigrator(pool)
 	if err != nil {
 		return err
@@ -65,11 +83,11 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	version, err := provider.GetDBVersion(ctx)
+	current, err := provider.GetDBVersion(ctx)
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	fmt.Fprintf(c.stdout, "schema version %d\n", version)
+	fmt.Fprintf(c.stdout, "schema version %d\n", current)
 	return nil
 }
 
@@ -132,4 +150,39 @@ func migrateStatus(ctx context.Context, c *cli, provider *goose.Provider) error 
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.State, applied, path.Base(s.Source.Path))
 	}
 	return tw.Flush()
+}
+
+// migrateSQL prints the embedded migration files, each after a line naming
+// it, or only the file of version (unchanged, for redirecting to a file).
+func migrateSQL(c *cli, version int64) error {
+	files, err := fs.Glob(db.Migrations(), "*.sql")
+	if err != nil {
+		return err
+	}
+	for _, name := range files {
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return err
+		}
+		if version != 0 && v != version {
+			continue
+		}
+		b, err := fs.ReadFile(db.Migrations(), name)
+		if err != nil {
+			return err
+		}
+		if version != 0 {
+			_, err = c.stdout.Write(b)
+			return err
+		}
+		fmt.Fprintf(c.stdout, "-- leasestore migration %s (goose version %d)\n", name, v)
+		if _, err := c.stdout.Write(b); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.stdout)
+	}
+	if version != 0 {
+		return usagef("--version %d: no such migration; 'leasectl migrate sql' prints them all", version)
+	}
+	return nil
 }

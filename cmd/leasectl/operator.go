@@ -20,16 +20,11 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 		"and last error cleared. Messages in any other state are left alone.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	var ids []uuid.UUID
-	seen := map[uuid.UUID]bool{}
-	fs.Func("id", "message `ID` to requeue; repeat for more", func(s string) error {
+	fs.Func("id", "message `ID` to requeue; repeat for more, up to "+fmt.Sprint(leasing.MaxBatchSize), func(s string) error {
 		id, err := uuid.Parse(s)
 		if err != nil {
 			return errors.New("not a UUID")
 		}
-		if seen[id] {
-			return errors.New("given twice")
-		}
-		seen[id] = true
 		ids = append(ids, id)
 		return nil
 	})
@@ -47,11 +42,9 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 		return usagef("--id and --all are mutually exclusive")
 	case !*all && len(ids) == 0:
 		return usagef("say which messages: --id ID (repeatable) or --all")
-	case len(ids) > leasing.MaxBatchSize:
-		return usagef("at most %d --id flags, got %d; use --all", leasing.MaxBatchSize, len(ids))
 	}
 
-	pool, err := c.connect(ctx)
+	pool, err := c.lazyPool()
 	if err != nil {
 		return err
 	}
@@ -67,7 +60,7 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 		res, err = store.Requeue(ctx, ids...)
 	}
 	if err != nil {
-		return schemaHint(err)
+		return c.storeError(err)
 	}
 	if *asJSON {
 		return writeJSON(c.stdout, struct {
@@ -111,15 +104,9 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case *olderThan <= 0:
-		return usagef("--older-than is required and must be positive, got %s", *olderThan)
-	case *batch < 1 || *batch > leasing.MaxBatchSize:
-		return usagef("--batch must be 1..%d, got %d", leasing.MaxBatchSize, *batch)
-	}
 	req := leasing.PurgeRequest{OlderThan: *olderThan, BatchSize: *batch, IncludeDeadLettered: *includeDead}
 
-	pool, err := c.connect(ctx)
+	pool, err := c.lazyPool()
 	if err != nil {
 		return err
 	}
@@ -134,7 +121,10 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 		n, err := store.Purge(ctx, req)
 		if err != nil {
 			progress.finish()
-			return fmt.Errorf("after deleting %d messages: %w", total, schemaHint(err))
+			if batches == 0 {
+				return c.storeError(err)
+			}
+			return fmt.Errorf("after deleting %d messages: %w", total, c.storeError(err))
 		}
 		total += n
 		batches++

@@ -5,8 +5,21 @@
 // CREATE DATABASE, not a migration run, and tests never share rows. The
 // server comes from TEST_DATABASE_URL, else DATABASE_URL, else a local
 // server on 127.0.0.1:5432 (scripts/db-start.sh starts one). Templates are
-// named leasestore_tpl_<hash> and kept across runs; test databases are named
-// leasestore_test_<random> and dropped when the test ends.
+// named leasestore_tpl_<hash> and kept across runs.
+//
+// Nothing else outlives a run. Test databases are named
+// leasestore_test_<run>_<random> and per-test roles (RoleName)
+// leasestore_t_<run>_<random>, where <run> identifies the test process. A
+// test drops what it created in t.Cleanup. A process that dies before its
+// cleanups ran (a panic, go test -timeout, SIGKILL) leaves its objects
+// behind; the next process to use the server drops them (see Sweep). Main
+// also drops the run's objects on SIGINT and SIGTERM before the process
+// exits.
+//
+// A run is alive while its process holds a session advisory lock on the
+// maintenance database, keyed by the run: a sweep drops a run's objects only
+// after taking that lock itself, so concurrent test processes (also on other
+// hosts) never drop each other's databases or roles.
 package dbtest
 
 import (
@@ -72,6 +85,13 @@ func URL(tb testing.TB) string {
 			_ = conn.Close(ctx)
 		}
 		pingErr = err
+		if err == nil {
+			// Leftovers of dead runs; a failed sweep only leaves them for
+			// the next run, so it does not fail the test.
+			if err := Sweep(u); err != nil {
+				tb.Logf("dbtest: sweep leftovers of earlier runs: %v", err)
+			}
+		}
 	})
 	if pingErr != nil {
 		msg := fmt.Sprintf("dbtest: PostgreSQL at %s is not reachable (%v); "+
@@ -117,11 +137,14 @@ func NewEmptyDatabase(tb testing.TB) string {
 	return createDatabase(tb, URL(tb), "template0")
 }
 
-// createDatabase creates a randomly named database from template, registers
-// its drop and returns its URL.
+// createDatabase creates a database named for this run from template,
+// registers its drop and returns its URL.
 func createDatabase(tb testing.TB, admin, template string) string {
 	tb.Helper()
-	name := "leasestore_test_" + randomHex(8)
+	if err := holdRun(tb.Context(), admin); err != nil {
+		tb.Fatalf("dbtest: %v", err)
+	}
+	name := DatabasePrefix + runID + "_" + randomHex(8)
 	u, err := pgadmin.CreateDatabase(tb.Context(), admin, name, template)
 	if err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
@@ -213,9 +236,10 @@ func buildTemplate(ctx context.Context, conn *pgx.Conn, admin, build, name strin
 }
 
 // migrationHash returns the hex SHA-256 of the embedded migration files'
-// names and contents.
+// names and contents and of the version table they are recorded in.
 func migrationHash() (string, error) {
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", db.VersionTable)
 	err := fs.WalkDir(db.Migrations(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

@@ -11,11 +11,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// connectTimeout bounds a connection attempt when adminURL sets no
+// connect_timeout, so that a server that went away fails a call instead of
+// hanging it.
+const connectTimeout = 10 * time.Second
+
 // Exec runs one statement on a new connection to adminURL. DDL such as
 // CREATE DATABASE takes no parameters: callers quote every name with
 // pgx.Identifier.
 func Exec(ctx context.Context, adminURL, sql string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
+	cfg, err := pgx.ParseConfig(adminURL)
+	if err != nil {
+		return err
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
