@@ -3,7 +3,9 @@
 // both queues:
 //
 //   - db/queries/queue.sql.tmpl renders db/queries/inbox.sql and
-//     db/queries/outbox.sql, which sqlc compiles into gen/.
+//     db/queries/outbox.sql, which sqlc compiles into gen/;
+//   - leasing/sql_queues.go.tmpl renders leasing/sql_queues.go, the inboxSQL
+//     and outboxSQL adapters over the generated functions.
 //
 // Run it from the module root, before sqlc (make generate does both). With
 // -check it writes nothing and fails when a rendered file is missing or
@@ -81,7 +83,7 @@ func outputs() []output {
 	for _, q := range queues {
 		outs = append(outs, output{path: filepath.Join("db", "queries", q.Noun+".sql"), tmpl: "db/queries/queue.sql.tmpl", data: q})
 	}
-	return outs
+	return append(outs, output{path: filepath.Join("leasing", "sql_queues.go"), tmpl: "leasing/sql_queues.go.tmpl", data: queues, goSource: true})
 }
 
 func main() {
