@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leasestore/leasestore/gen"
 )
@@ -74,13 +75,16 @@ func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResu
 	return s.enqueue(ctx, s.pool, msgs)
 }
 
-// EnqueueTx is Enqueue inside the caller's transaction (pass a pgx.Tx), so
-// that messages commit or roll back with the business change that produced
-// them: the transactional outbox. One INSERT statement for the whole batch.
+// EnqueueTx is Enqueue inside the caller's transaction tx, so that messages
+// commit or roll back with the business change that produced them: the
+// transactional outbox. One INSERT statement for the whole batch. Begin tx
+// on the store's pool or any connection to the same database, e.g. with
+// pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ... }).
 //
 // Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
-// for an outbox id already present; otherwise the driver error.
-func (s *Postgres) EnqueueTx(ctx context.Context, tx gen.DBTX, msgs ...NewMessage) (EnqueueResult, error) {
+// for an outbox id already present (the transaction is then aborted);
+// otherwise the driver error.
+func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) (EnqueueResult, error) {
 	return s.enqueue(ctx, tx, msgs)
 }
 
@@ -96,7 +100,7 @@ func (s *Postgres) enqueue(ctx context.Context, db gen.DBTX, msgs []NewMessage) 
 	return enqueueResult(msgs, inserted), nil
 }
 
-// EnqueueCopy bulk-loads msgs with COPY inside tx (a pgx.Tx or the pool):
+// EnqueueCopy bulk-loads msgs with COPY inside the caller's transaction tx:
 // the fastest way to add many messages. Rows are due at once (Delay must be
 // 0) and get the database clock; a duplicate id or idempotency key fails
 // the whole copy. Returns the ids in input order.
@@ -104,7 +108,7 @@ func (s *Postgres) enqueue(ctx context.Context, db gen.DBTX, msgs []NewMessage) 
 // Errors: an *ArgumentError for bad messages or a non-zero Delay;
 // ErrDuplicate for an id or idempotency key already present; otherwise the
 // driver error.
-func (s *Postgres) EnqueueCopy(ctx context.Context, tx gen.DBTX, msgs ...NewMessage) ([]uuid.UUID, error) {
+func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) ([]uuid.UUID, error) {
 	msgs, err := validateMessages(s.queue, msgs)
 	if err != nil {
 		return nil, err
