@@ -9,10 +9,12 @@ SQLC := go tool -modfile=tools/go.mod sqlc
 help: ## List the targets.
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-generate: ## Regenerate gen/ from db/migrations and db/queries.
+generate: ## Render the templates (db/render), then regenerate gen/ with sqlc.
+	go run ./db/render
 	$(SQLC) generate
 
-verify: db-start ## Fail when gen/ is stale (sqlc diff); sqlc vet on a migrated database; go vet.
+verify: db-start ## Fail when rendered files or gen/ are stale; sqlc vet on a migrated database; go vet.
+	go run ./db/render -check
 	$(SQLC) diff
 	bash scripts/sqlc-vet.sh
 	go vet ./...

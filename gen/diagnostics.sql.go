@@ -10,36 +10,6 @@ import (
 	"time"
 )
 
-const diagnosticsInboxOverdue = `-- name: DiagnosticsInboxOverdue :one
-SELECT (EXISTS (SELECT 1
-                FROM inbox_messages
-                WHERE status IN ('pending', 'failed')
-                  AND created_at <= statement_timestamp() - $1::interval
-                  AND visible_after <= statement_timestamp() - $1::interval)
-        OR EXISTS (SELECT 1
-                   FROM inbox_messages
-                   WHERE lease_expires_at <= statement_timestamp() - $1::interval
-                     AND lease_owner IS NOT NULL))::boolean AS overdue
-`
-
-type DiagnosticsInboxOverdueParams struct {
-	MinDue time.Duration
-}
-
-// DiagnosticsInboxOverdue reports whether some inbox message has been due
-// for at least min_due at the database's now: a pending or failed row since
-// its visible_after (its created_at when later), or a leased row since its
-// lease expired. Time a message spent deferred, waiting on a retry delay or
-// leased does not count. The ready check reads inbox_messages_ready_idx from
-// the FIFO head up to the rows created min_due ago and stops at the first
-// overdue one; the lease check is one descent of inbox_messages_expiry_idx.
-func (q *Queries) DiagnosticsInboxOverdue(ctx context.Context, db DBTX, arg DiagnosticsInboxOverdueParams) (bool, error) {
-	row := db.QueryRow(ctx, diagnosticsInboxOverdue, arg.MinDue)
-	var overdue bool
-	err := row.Scan(&overdue)
-	return overdue, err
-}
-
 const diagnosticsIndexes = `-- name: DiagnosticsIndexes :many
     -- Read-only catalog queries behind leasectl doctor. to_regclass resolves
     -- table names through search_path, like the queue queries; the casts give
@@ -140,30 +110,6 @@ func (q *Queries) DiagnosticsOldestXact(ctx context.Context, db DBTX) ([]Diagnos
 		return nil, err
 	}
 	return items, nil
-}
-
-const diagnosticsOutboxOverdue = `-- name: DiagnosticsOutboxOverdue :one
-SELECT (EXISTS (SELECT 1
-                FROM outbox_messages
-                WHERE status IN ('pending', 'failed')
-                  AND created_at <= statement_timestamp() - $1::interval
-                  AND visible_after <= statement_timestamp() - $1::interval)
-        OR EXISTS (SELECT 1
-                   FROM outbox_messages
-                   WHERE lease_expires_at <= statement_timestamp() - $1::interval
-                     AND lease_owner IS NOT NULL))::boolean AS overdue
-`
-
-type DiagnosticsOutboxOverdueParams struct {
-	MinDue time.Duration
-}
-
-// DiagnosticsOutboxOverdue is DiagnosticsInboxOverdue for the outbox.
-func (q *Queries) DiagnosticsOutboxOverdue(ctx context.Context, db DBTX, arg DiagnosticsOutboxOverdueParams) (bool, error) {
-	row := db.QueryRow(ctx, diagnosticsOutboxOverdue, arg.MinDue)
-	var overdue bool
-	err := row.Scan(&overdue)
-	return overdue, err
 }
 
 const diagnosticsPreparedXacts = `-- name: DiagnosticsPreparedXacts :one

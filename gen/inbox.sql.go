@@ -12,6 +12,36 @@ import (
 	"github.com/google/uuid"
 )
 
+const diagnosticsInboxOverdue = `-- name: DiagnosticsInboxOverdue :one
+SELECT (EXISTS (SELECT 1
+                FROM inbox_messages
+                WHERE status IN ('pending', 'failed')
+                  AND created_at <= statement_timestamp() - $1::interval
+                  AND visible_after <= statement_timestamp() - $1::interval)
+        OR EXISTS (SELECT 1
+                   FROM inbox_messages
+                   WHERE lease_expires_at <= statement_timestamp() - $1::interval
+                     AND lease_owner IS NOT NULL))::boolean AS overdue
+`
+
+type DiagnosticsInboxOverdueParams struct {
+	MinDue time.Duration
+}
+
+// DiagnosticsInboxOverdue reports whether some inbox message has been due
+// for at least min_due at the database's now: a pending or failed row since
+// its visible_after (its created_at when later), or a leased row since its
+// lease expired. Time a message spent deferred, waiting on a retry delay or
+// leased does not count. The ready check reads inbox_messages_ready_idx from
+// the FIFO head up to the rows created min_due ago and stops at the first
+// overdue one; the lease check is one descent of inbox_messages_expiry_idx.
+func (q *Queries) DiagnosticsInboxOverdue(ctx context.Context, db DBTX, arg DiagnosticsInboxOverdueParams) (bool, error) {
+	row := db.QueryRow(ctx, diagnosticsInboxOverdue, arg.MinDue)
+	var overdue bool
+	err := row.Scan(&overdue)
+	return overdue, err
+}
+
 const inboxClaim = `-- name: InboxClaim :many
 WITH ready AS (
     -- Index order over inbox_messages_ready_idx; visible_after is an index condition.
@@ -1132,4 +1162,19 @@ func (q *Queries) InboxRequeue(ctx context.Context, db DBTX, arg InboxRequeuePar
 		return nil, err
 	}
 	return items, nil
+}
+
+const inboxVacuum = `-- name: InboxVacuum :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) inbox_messages
+`
+
+// InboxVacuum removes dead row versions of inbox_messages and their index
+// entries. Each claim and each outcome write leaves one dead entry at the
+// head of the claim indexes; until VACUUM deletes them every claim reads
+// past them. INDEX_CLEANUP ON: clean the indexes even when few heap rows
+// are dead. SKIP_LOCKED: return at once when another VACUUM holds the table.
+// Runs outside any transaction block; needs the table owner's rights.
+func (q *Queries) InboxVacuum(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, inboxVacuum)
+	return err
 }

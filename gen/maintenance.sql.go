@@ -9,31 +9,6 @@ import (
 	"context"
 )
 
-const inboxVacuum = `-- name: InboxVacuum :exec
-VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) inbox_messages
-`
-
-// InboxVacuum removes dead row versions of inbox_messages and their index
-// entries. Each claim and each outcome write leaves one dead entry at the
-// head of the claim indexes; until VACUUM deletes them every claim reads
-// past them. INDEX_CLEANUP ON: clean the indexes even when few heap rows
-// are dead. SKIP_LOCKED: return at once when another VACUUM holds the table.
-// Runs outside any transaction block; needs the table owner's rights.
-func (q *Queries) InboxVacuum(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, inboxVacuum)
-	return err
-}
-
-const outboxVacuum = `-- name: OutboxVacuum :exec
-VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) outbox_messages
-`
-
-// OutboxVacuum is InboxVacuum for outbox_messages.
-func (q *Queries) OutboxVacuum(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, outboxVacuum)
-	return err
-}
-
 const vacuumState = `-- name: VacuumState :one
 SELECT s.n_dead_tup::bigint AS dead_rows,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_vacuum AS p

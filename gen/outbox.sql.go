@@ -12,6 +12,36 @@ import (
 	"github.com/google/uuid"
 )
 
+const diagnosticsOutboxOverdue = `-- name: DiagnosticsOutboxOverdue :one
+SELECT (EXISTS (SELECT 1
+                FROM outbox_messages
+                WHERE status IN ('pending', 'failed')
+                  AND created_at <= statement_timestamp() - $1::interval
+                  AND visible_after <= statement_timestamp() - $1::interval)
+        OR EXISTS (SELECT 1
+                   FROM outbox_messages
+                   WHERE lease_expires_at <= statement_timestamp() - $1::interval
+                     AND lease_owner IS NOT NULL))::boolean AS overdue
+`
+
+type DiagnosticsOutboxOverdueParams struct {
+	MinDue time.Duration
+}
+
+// DiagnosticsOutboxOverdue reports whether some outbox message has been due
+// for at least min_due at the database's now: a pending or failed row since
+// its visible_after (its created_at when later), or a leased row since its
+// lease expired. Time a message spent deferred, waiting on a retry delay or
+// leased does not count. The ready check reads outbox_messages_ready_idx from
+// the FIFO head up to the rows created min_due ago and stops at the first
+// overdue one; the lease check is one descent of outbox_messages_expiry_idx.
+func (q *Queries) DiagnosticsOutboxOverdue(ctx context.Context, db DBTX, arg DiagnosticsOutboxOverdueParams) (bool, error) {
+	row := db.QueryRow(ctx, diagnosticsOutboxOverdue, arg.MinDue)
+	var overdue bool
+	err := row.Scan(&overdue)
+	return overdue, err
+}
+
 const outboxClaim = `-- name: OutboxClaim :many
 WITH ready AS (
     -- Index order over outbox_messages_ready_idx; visible_after is an index condition.
@@ -354,7 +384,7 @@ type OutboxDeadLetterRow struct {
 // OutboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
 // for each (message_id, lease_generation, last_error) still leased to
 // lease_owner. Outcomes as for OutboxPublish; already_applied when this lease
-// had already dead-lettered it.
+// had already dead-lettered it (outcome_generation and outcome record that).
 func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadLetterParams) ([]OutboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, outboxDeadLetter,
 		arg.MessageIds,
@@ -1131,4 +1161,19 @@ func (q *Queries) OutboxRequeue(ctx context.Context, db DBTX, arg OutboxRequeueP
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxVacuum = `-- name: OutboxVacuum :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) outbox_messages
+`
+
+// OutboxVacuum removes dead row versions of outbox_messages and their index
+// entries. Each claim and each outcome write leaves one dead entry at the
+// head of the claim indexes; until VACUUM deletes them every claim reads
+// past them. INDEX_CLEANUP ON: clean the indexes even when few heap rows
+// are dead. SKIP_LOCKED: return at once when another VACUUM holds the table.
+// Runs outside any transaction block; needs the table owner's rights.
+func (q *Queries) OutboxVacuum(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, outboxVacuum)
+	return err
 }

@@ -67,10 +67,11 @@ func storeCalls(s *leasing.Postgres, held leasing.Lease, ids []uuid.UUID) map[st
 	return map[string]func(context.Context) error{
 		"Enqueue": func(ctx context.Context) error { _, err := s.Enqueue(ctx, msg); return err },
 		"EnqueueTx": func(ctx context.Context) error {
-			_, err := s.EnqueueTx(ctx, s.Pool(), msg)
-			return err
+			return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error { _, err := s.EnqueueTx(ctx, tx, msg); return err })
 		},
-		"EnqueueCopy": func(ctx context.Context) error { _, err := s.EnqueueCopy(ctx, s.Pool(), msg); return err },
+		"EnqueueCopy": func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error { _, err := s.EnqueueCopy(ctx, tx, msg); return err })
+		},
 		"Claim": func(ctx context.Context) error {
 			_, err := s.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
 			return err
@@ -186,7 +187,10 @@ func TestBadInput(t *testing.T) {
 			before := tableDigest(t, f.admin)
 			_, err := s.Enqueue(ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: append(payload, 1)})
 			require.ErrorIs(t, err, leasing.ErrInvalidArgument)
-			_, err = s.EnqueueCopy(ctx, s.Pool(), leasing.NewMessage{Payload: append(payload, 1)})
+			err = pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+				_, err := s.EnqueueCopy(ctx, tx, leasing.NewMessage{Payload: append(payload, 1)})
+				return err
+			})
 			require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 			require.Equal(t, before, tableDigest(t, f.admin))
 			res, err := s.Enqueue(ctx, leasing.NewMessage{Payload: payload})
@@ -303,9 +307,15 @@ func TestBadInput(t *testing.T) {
 					_, err := s.Enqueue(ctx, leasing.NewMessage{TenantID: "\xff"})
 					return err
 				},
-				"enqueue-copy delay":   func() error { _, err := s.EnqueueCopy(ctx, s.Pool(), leasing.NewMessage{Delay: 1}); return err },
-				"enqueue-copy none":    func() error { _, err := s.EnqueueCopy(ctx, s.Pool()); return err },
-				"enqueue-tx none":      func() error { _, err := s.EnqueueTx(ctx, s.Pool()); return err },
+				"enqueue-copy delay": func() error {
+					return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error { _, err := s.EnqueueCopy(ctx, tx, leasing.NewMessage{Delay: 1}); return err })
+				},
+				"enqueue-copy none": func() error {
+					return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error { _, err := s.EnqueueCopy(ctx, tx); return err })
+				},
+				"enqueue-tx none": func() error {
+					return pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error { _, err := s.EnqueueTx(ctx, tx); return err })
+				},
 				"requeue too many ids": func() error { _, err := s.Requeue(ctx, tooManyIDs...); return err },
 				"requeue nil":          func() error { _, err := s.Requeue(ctx, nil...); return err },
 				"purge negative age":   func() error { _, err := s.Purge(ctx, leasing.PurgeRequest{OlderThan: -1, BatchSize: 1}); return err },

@@ -14,6 +14,7 @@ import (
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/internal/bench"
+	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -62,16 +63,14 @@ func benchRefill(tb testing.TB, pool *pgxpool.Pool, n int) {
 // BenchmarkClaim measures one claim of 10 through the generated statement
 // at a fixed backlog: each claim runs in a transaction that is rolled back,
 // so every iteration sees the same table. It reports the plan's shared
-// buffers per claim (buffers/op) from leasing.Postgres.ExplainClaim.
+// buffers per claim (buffers/op) from explain.Claim.
 func BenchmarkClaim(b *testing.B) {
 	for _, shape := range []struct{ due, terminal int }{{10_000, 0}, {100_000, 100_000}} {
 		b.Run(fmt.Sprintf("due=%d/terminal=%d/batch=10", shape.due, shape.terminal), func(b *testing.B) {
 			ctx := context.Background()
 			pool := benchPool(b)
 			benchFill(b, pool, shape.due, shape.terminal)
-			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
-			require.NoError(b, err)
-			plan, err := store.ExplainClaim(ctx, 10)
+			plan, err := explain.Claim(ctx, pool, leasing.Inbox, 10, explain.Options{})
 			require.NoError(b, err)
 			conn, err := pool.Acquire(ctx)
 			require.NoError(b, err)

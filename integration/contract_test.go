@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
@@ -113,7 +114,8 @@ func TestEnqueueCopy(t *testing.T) {
 		for i := range msgs {
 			msgs[i].Payload = []byte{byte(i)}
 		}
-		ids, err := store.EnqueueCopy(ctx, pool, msgs...)
+		var ids []uuid.UUID
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) { ids, err = store.EnqueueCopy(ctx, tx, msgs...); return err })
 		require.NoError(t, err)
 		require.Len(t, ids, len(msgs))
 		leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 5000, LeaseFor: time.Minute})
@@ -124,7 +126,10 @@ func TestEnqueueCopy(t *testing.T) {
 		}
 		require.Equal(t, ids, got, "COPY rows are claimed in input order")
 
-		_, err = store.EnqueueCopy(ctx, pool, leasing.NewMessage{Delay: time.Second})
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := store.EnqueueCopy(ctx, tx, leasing.NewMessage{Delay: time.Second})
+			return err
+		})
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 	}
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -27,37 +29,36 @@ func TestExplainClaim(t *testing.T) {
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
 
-	for _, explain := range []struct {
+	for _, run := range []struct {
 		name string
-		fn   func() (leasing.ClaimPlan, error)
+		fn   func(context.Context, *pgxpool.Pool, leasing.Queue, int, explain.Options) (explain.ClaimPlan, error)
 	}{
-		{"ExplainClaim", func() (leasing.ClaimPlan, error) { return store.ExplainClaim(ctx, 10) }},
-		{"ExplainClaimGeneric", func() (leasing.ClaimPlan, error) { return store.ExplainClaimGeneric(ctx, 10) }},
+		{"Claim", explain.Claim},
+		{"ClaimGeneric", explain.ClaimGeneric},
 	} {
 		for range 3 {
-			p, err := explain.fn()
-			require.NoError(t, err, explain.name)
-			require.Equal(t, 10, p.Rows, explain.name)
-			require.Contains(t, p.Indexes, "inbox_messages_ready_idx", explain.name)
-			require.Contains(t, p.Indexes, "inbox_messages_inflight_idx", explain.name)
-			require.False(t, p.SeqScan, "%s: %v", explain.name, p.Nodes)
-			require.False(t, p.SortOverEligible, "%s: %v", explain.name, p.Nodes)
-			require.Positive(t, p.Buffers, explain.name)
-			require.Positive(t, p.Duration, explain.name)
-			require.Zero(t, p.TempBlocks, explain.name)
-			require.Less(t, p.Buffers, int64(400), explain.name)
+			p, err := run.fn(ctx, pool, leasing.Inbox, 10, explain.Options{})
+			require.NoError(t, err, run.name)
+			require.Equal(t, 10, p.Rows, run.name)
+			require.Contains(t, p.Indexes, "inbox_messages_ready_idx", run.name)
+			require.Contains(t, p.Indexes, "inbox_messages_inflight_idx", run.name)
+			require.False(t, p.SeqScan, "%s: %v", run.name, p.Nodes)
+			require.False(t, p.SortOverEligible, "%s: %v", run.name, p.Nodes)
+			require.Positive(t, p.Buffers, run.name)
+			require.Positive(t, p.Duration, run.name)
+			require.Zero(t, p.TempBlocks, run.name)
+			require.Less(t, p.Buffers, int64(400), run.name)
 		}
 	}
 
 	// A pinned clock before every row's due time: nothing is due, in
 	// either plan.
 	past := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	pinned, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{Now: func() time.Time { return past }})
-	require.NoError(t, err)
-	p, err := pinned.ExplainClaim(ctx, 10)
+	pinned := explain.Options{Now: func() time.Time { return past }}
+	p, err := explain.Claim(ctx, pool, leasing.Inbox, 10, pinned)
 	require.NoError(t, err)
 	require.Zero(t, p.Rows)
-	p, err = pinned.ExplainClaimGeneric(ctx, 10)
+	p, err = explain.ClaimGeneric(ctx, pool, leasing.Inbox, 10, pinned)
 	require.NoError(t, err)
 	require.Zero(t, p.Rows)
 

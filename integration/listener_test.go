@@ -145,7 +145,7 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 					msgs[i].Topic = e2eTopic
 				}
 			}
-			_, err = b.store.EnqueueCopy(ctx, b.store.Pool(), msgs...)
+			err = pgx.BeginFunc(ctx, b.store.Pool(), func(tx pgx.Tx) error { _, err := b.store.EnqueueCopy(ctx, tx, msgs...); return err })
 			require.NoError(t, err)
 			require.Equal(t, 1, count(), "one notification for a 500-row COPY")
 

@@ -33,7 +33,7 @@ type queue struct {
 	genFile  string   // generated file holding the claim SQL
 	genConst string   // unexported constant in genFile
 	writes   []string // constants in genFile of the fenced writes
-	vacuum   string   // constant in gen/maintenance.sql.go of the vacuum policy's VACUUM
+	vacuum   string   // constant in genFile of the vacuum policy's VACUUM
 }
 
 var queues = []queue{
@@ -301,7 +301,7 @@ func TestFencedWritePlanAfterVacuum(t *testing.T) {
 			t.Logf("sequential reads at 50,000 rows before VACUUM: %v", before)
 			require.NotEmpty(t, before, "no write kept a sequential plan: update the README's known limit")
 
-			_, err = conn.Exec(ctx, generatedSQL(t, "../gen/maintenance.sql.go", q.vacuum))
+			_, err = conn.Exec(ctx, generatedSQL(t, q.genFile, q.vacuum))
 			require.NoError(t, err)
 			after := plans(leasedIDs(t, conn, q, claimBatch))
 			require.Empty(t, after, "sequential reads after VACUUM")

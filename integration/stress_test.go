@@ -459,7 +459,8 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 				msgs[i].Topic = "stress"
 			}
 		}
-		got, err := loader.EnqueueCopy(ctx, loader.Pool(), msgs...)
+		var got []uuid.UUID
+		err := pgx.BeginFunc(ctx, loader.Pool(), func(tx pgx.Tx) (err error) { got, err = loader.EnqueueCopy(ctx, tx, msgs...); return err })
 		require.NoError(t, err)
 		ids = append(ids, got...)
 	}

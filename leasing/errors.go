@@ -46,5 +46,6 @@ func argumentError(field, format string, args ...any) error {
 }
 
 // ErrDuplicate is returned by Enqueue on the outbox when a message id is
-// already present; nothing from that batch is inserted.
+// already present, and by EnqueueCopy on either queue when a message id or
+// an idempotency key is; nothing from that batch is inserted.
 var ErrDuplicate = errors.New("leasing: duplicate message id")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leasestore/leasestore/gen"
 )
@@ -73,38 +72,43 @@ func (s *Postgres) pinned() *time.Time {
 
 // Enqueue implements Store.Enqueue in its own transaction.
 func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
-	return s.EnqueueTx(ctx, s.pool, msgs...)
+	return s.enqueue(ctx, s.pool, msgs)
 }
 
-// EnqueueTx is Enqueue inside the caller's transaction (pass a pgx.Tx), so
-// that messages commit or roll back with the business change that produced
-// them: the transactional outbox. One INSERT statement for the whole batch.
+// EnqueueTx is Enqueue inside the caller's transaction tx, so that messages
+// commit or roll back with the business change that produced them: the
+// transactional outbox. One INSERT statement for the whole batch. Begin tx
+// on the store's pool or any connection to the same database, e.g. with
+// pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ... }).
 //
-// Errors: an *ArgumentError for bad messages (nothing sent); otherwise the
-// driver error, e.g. a unique violation for an outbox id already present.
-func (s *Postgres) EnqueueTx(ctx context.Context, tx gen.DBTX, msgs ...NewMessage) (EnqueueResult, error) {
+// Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
+// for an outbox id already present (the transaction is then aborted);
+// otherwise the driver error.
+func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) (EnqueueResult, error) {
+	return s.enqueue(ctx, tx, msgs)
+}
+
+func (s *Postgres) enqueue(ctx context.Context, db gen.DBTX, msgs []NewMessage) (EnqueueResult, error) {
 	msgs, err := validateMessages(s.queue, msgs)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	inserted, err := s.sql.enqueue(ctx, tx, s.pinned(), msgs)
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w: %s", s.queue, ErrDuplicate, pgErr.Detail)
-	}
+	inserted, err := s.sql.enqueue(ctx, db, s.pinned(), msgs)
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w", s.queue, err)
 	}
 	return enqueueResult(msgs, inserted), nil
 }
 
-// EnqueueCopy bulk-loads msgs with COPY inside tx (a pgx.Tx or the pool):
+// EnqueueCopy bulk-loads msgs with COPY inside the caller's transaction tx:
 // the fastest way to add many messages. Rows are due at once (Delay must be
 // 0) and get the database clock; a duplicate id or idempotency key fails
 // the whole copy. Returns the ids in input order.
 //
-// Errors: an *ArgumentError for bad messages or a non-zero Delay; otherwise
-// the driver error.
-func (s *Postgres) EnqueueCopy(ctx context.Context, tx gen.DBTX, msgs ...NewMessage) ([]uuid.UUID, error) {
+// Errors: an *ArgumentError for bad messages or a non-zero Delay;
+// ErrDuplicate for an id or idempotency key already present; otherwise the
+// driver error.
+func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) ([]uuid.UUID, error) {
 	msgs, err := validateMessages(s.queue, msgs)
 	if err != nil {
 		return nil, err
@@ -127,50 +131,22 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	var rows []gen.InboxClaimRow
-	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { rows, err = s.runClaim(ctx, db, r); return err })
+	var leases []Lease
+	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	return s.leasesOf(rows), nil
+	return leases, nil
 }
 
 // runClaim sends the claim statement for r on db: the tenant's claim when
-// r names a tenant, else the untenanted one. Claim and ExplainClaim both use it.
-func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]gen.InboxClaimRow, error) {
+// r names a tenant, else the untenanted one.
+func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]Lease, error) {
+	args := claimArgs{now: s.pinned(), owner: r.Owner, batchSize: int32(r.BatchSize), leaseFor: r.LeaseFor, tenantID: r.TenantID}
 	if r.TenantID != "" {
-		return s.sql.claimTenant(ctx, db, gen.InboxClaimTenantParams{
-			Now: s.pinned(), TenantID: r.TenantID, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
-		})
+		return s.sql.claimTenant(ctx, db, args)
 	}
-	return s.sql.claim(ctx, db, gen.InboxClaimParams{
-		Now: s.pinned(), BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
-	})
-}
-
-// leasesOf converts claimed rows to leases, in the rows' order.
-func (s *Postgres) leasesOf(rows []gen.InboxClaimRow) []Lease {
-	leases := make([]Lease, len(rows))
-	for i, row := range rows {
-		leases[i] = s.leaseOf(row)
-	}
-	return leases
-}
-
-func (s *Postgres) leaseOf(r gen.InboxClaimRow) Lease {
-	return Lease{
-		Queue:      s.queue,
-		Owner:      r.LeaseOwner,
-		Generation: r.LeaseGeneration,
-		ExpiresAt:  r.LeaseExpiresAt.UTC(),
-		Attempt:    int(r.AttemptCount),
-		LastError:  deref(r.LastError),
-		Message: Message{
-			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
-			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
-		},
-	}
+	return s.sql.claim(ctx, db, args)
 }
 
 // Renew implements Store.Renew with one statement for the batch.
@@ -182,16 +158,11 @@ func (s *Postgres) Renew(ctx context.Context, leaseFor time.Duration, leases ...
 	if err != nil {
 		return RenewResult{}, err
 	}
-	ids, gens := fence(leases)
-	params := gen.InboxRenewParams{MessageIds: ids, LeaseGenerations: gens, LeaseOwner: owner, Now: s.pinned(), LeaseFor: leaseFor}
-	var rows []gen.InboxRenewRow
-	err = s.pipeline(ctx, func(db gen.DBTX) (err error) { rows, err = s.sql.renew(ctx, db, params); return err })
+	f := s.fence(owner, leases)
+	var expiry map[uuid.UUID]time.Time
+	err = s.pipeline(ctx, func(db gen.DBTX) (err error) { expiry, err = s.sql.renew(ctx, db, f, leaseFor); return err })
 	if err != nil {
 		return RenewResult{}, fmt.Errorf("leasing: renew %s: %w", s.queue, err)
-	}
-	expiry := make(map[uuid.UUID]time.Time, len(rows))
-	for _, r := range rows {
-		expiry[r.MessageID] = r.LeaseExpiresAt.UTC()
 	}
 	return renewResult(leases, expiry), nil
 }
@@ -202,9 +173,8 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 	if err != nil {
 		return WriteResult{}, err
 	}
-	ids, gens := fence(leases)
-	params := gen.InboxReleaseParams{MessageIds: ids, LeaseGenerations: gens, Now: s.pinned(), LeaseOwner: owner}
-	return s.write(ctx, "release", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.release(ctx, db, params) })
+	f := s.fence(owner, leases)
+	return s.write(ctx, "release", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.release(ctx, db, f) })
 }
 
 // ReleaseOrphans implements Store.ReleaseOrphans with one statement.
@@ -215,7 +185,7 @@ func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid
 	if held == nil {
 		held = []uuid.UUID{}
 	}
-	ids, err := s.sql.orphans(ctx, s.pool, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: held, Now: s.pinned()})
+	ids, err := s.sql.releaseOrphans(ctx, s.pool, s.pinned(), owner, held)
 	if err != nil {
 		return nil, fmt.Errorf("leasing: release orphans %s: %w", s.queue, err)
 	}
@@ -224,22 +194,12 @@ func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid
 
 // Complete implements Store.Complete with one statement for the batch.
 func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, error) {
-	params, err := s.completeParams(leases)
+	owner, err := validateLeases(s.queue, leases)
 	if err != nil {
 		return WriteResult{}, err
 	}
-	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, params) })
-}
-
-// completeParams validates leases and returns the complete statement's
-// parameters for them.
-func (s *Postgres) completeParams(leases []Lease) (gen.InboxCompleteParams, error) {
-	owner, err := validateLeases(s.queue, leases)
-	if err != nil {
-		return gen.InboxCompleteParams{}, err
-	}
-	ids, gens := fence(leases)
-	return gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, Now: s.pinned()}, nil
+	f := s.fence(owner, leases)
+	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, f) })
 }
 
 // CompleteAndClaim implements Store.CompleteAndClaim: the Complete
@@ -251,25 +211,26 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 		leases, err := s.Claim(ctx, r)
 		return WriteResult{Outcomes: []MessageOutcome{}}, leases, err
 	}
-	params, err := s.completeParams(done)
+	owner, err := validateLeases(s.queue, done)
 	if err == nil {
 		err = r.Validate()
 	}
 	if err != nil {
 		return WriteResult{}, nil, err
 	}
+	f := s.fence(owner, done)
 	var (
 		outcomes []MessageOutcome
-		rows     []gen.InboxClaimRow
+		leases   []Lease
 	)
 	err = s.pipeline(ctx,
-		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, params); return err },
-		func(db gen.DBTX) (err error) { rows, err = s.runClaim(ctx, db, r); return err },
+		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, f); return err },
+		func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err },
 	)
 	if err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	return WriteResult{Outcomes: outcomes}, s.leasesOf(rows), nil
+	return WriteResult{Outcomes: outcomes}, leases, nil
 }
 
 // Fail implements Store.Fail with one statement for the batch.
@@ -278,12 +239,8 @@ func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, 
 	if err != nil {
 		return WriteResult{}, err
 	}
-	ids, gens, delays, texts := failureColumns(failures)
-	params := gen.InboxFailParams{
-		LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, RetryDelays: delays,
-		LastErrors: texts, Now: s.pinned(),
-	}
-	return s.write(ctx, "fail", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.fail(ctx, db, params) })
+	f := s.failArgs(owner, failures)
+	return s.write(ctx, "fail", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.fail(ctx, db, f) })
 }
 
 // DeadLetter implements Store.DeadLetter with one statement for the batch.
@@ -292,9 +249,8 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 	if err != nil {
 		return WriteResult{}, err
 	}
-	ids, gens, _, texts := failureColumns(failures)
-	params := gen.InboxDeadLetterParams{LeaseOwner: owner, MessageIds: ids, LeaseGenerations: gens, LastErrors: texts, Now: s.pinned()}
-	return s.write(ctx, "dead-letter", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.deadLetter(ctx, db, params) })
+	f := s.failArgs(owner, failures)
+	return s.write(ctx, "dead-letter", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.deadLetter(ctx, db, f) })
 }
 
 // write runs one fenced write statement (see pipeline) and wraps its error
@@ -313,7 +269,7 @@ func (s *Postgres) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult
 	if err := validateIDs(ids); err != nil {
 		return RequeueResult{}, err
 	}
-	requeued, err := s.sql.requeue(ctx, s.pool, gen.InboxRequeueParams{Now: s.pinned(), MessageIds: ids})
+	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), false, ids)
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("leasing: requeue %s: %w", s.queue, err)
 	}
@@ -322,9 +278,7 @@ func (s *Postgres) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult
 
 // RequeueAll implements Store.RequeueAll with one statement.
 func (s *Postgres) RequeueAll(ctx context.Context) (RequeueResult, error) {
-	requeued, err := s.sql.requeue(ctx, s.pool, gen.InboxRequeueParams{
-		Now: s.pinned(), RequeueAll: true, MessageIds: []uuid.UUID{},
-	})
+	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), true, []uuid.UUID{})
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("leasing: requeue %s: %w", s.queue, err)
 	}
@@ -337,10 +291,7 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 	if err := r.validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.sql.purge(ctx, s.pool, gen.InboxPurgeParams{
-		Now: s.pinned(), OlderThan: r.OlderThan, IncludeDeadLettered: r.IncludeDeadLettered,
-		BatchSize: int32(r.BatchSize),
-	})
+	n, err := s.sql.purge(ctx, s.pool, s.pinned(), r)
 	if err != nil {
 		return 0, fmt.Errorf("leasing: purge %s: %w", s.queue, err)
 	}
@@ -350,31 +301,31 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 // Stats implements Store.Stats. Depth counts every row of the table, which
 // costs a scan of the table on each call; call it every few seconds at most.
 func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
-	counts, err := s.sql.counts(ctx, s.pool)
+	counts, err := s.sql.countByStatus(ctx, s.pool)
 	if err != nil {
 		return Stats{}, fmt.Errorf("leasing: count %s: %w", s.queue, err)
 	}
-	health, err := s.sql.health(ctx, s.pool, gen.InboxLeaseHealthParams{Now: s.pinned()})
+	health, err := s.sql.leaseHealth(ctx, s.pool, s.pinned())
 	if err != nil {
 		return Stats{}, fmt.Errorf("leasing: lease health %s: %w", s.queue, err)
 	}
-	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.ExpiredLeases, OldestDueAge: health.OldestDueAge}
-	for _, c := range counts {
-		st.Depth[Status(c.Status)] = c.Messages
+	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.expiredLeases, OldestDueAge: health.oldestDueAge}
+	for status, n := range counts {
+		st.Depth[status] = n
 	}
 	return st, nil
 }
 
 // Get implements Store.Get.
 func (s *Postgres) Get(ctx context.Context, id uuid.UUID) (Row, error) {
-	r, err := s.sql.get(ctx, s.pool, gen.InboxGetParams{MessageID: id})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Row{}, fmt.Errorf("%w: %s message %s", ErrNotFound, s.queue, id)
+	r, err := s.sql.get(ctx, s.pool, id)
+	if errors.Is(err, ErrNotFound) {
+		return Row{}, fmt.Errorf("%w: %s message %s", err, s.queue, id)
 	}
 	if err != nil {
 		return Row{}, fmt.Errorf("leasing: get %s: %w", s.queue, err)
 	}
-	return rowOf(r), nil
+	return r, nil
 }
 
 // List returns up to limit rows (1..MaxBatchSize) ordered by (CreatedAt,
@@ -386,93 +337,29 @@ func (s *Postgres) List(ctx context.Context, createdAt time.Time, id uuid.UUID, 
 	if err := validateCount("list limit", limit); err != nil {
 		return nil, err
 	}
-	rows, err := s.sql.list(ctx, s.pool, gen.InboxListParams{AfterCreatedAt: createdAt, AfterMessageID: id, MaxRows: int32(limit)})
+	rows, err := s.sql.list(ctx, s.pool, createdAt, id, limit)
 	if err != nil {
 		return nil, fmt.Errorf("leasing: list %s: %w", s.queue, err)
 	}
-	out := make([]Row, len(rows))
-	for i, r := range rows {
-		out[i] = rowOf(r)
-	}
-	return out, nil
+	return rows, nil
 }
 
-func rowOf(r gen.InboxGetRow) Row {
-	return Row{
-		Message: Message{
-			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
-			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
-		},
-		Status:            Status(r.Status),
-		LeaseOwner:        deref(r.LeaseOwner),
-		LeaseExpiresAt:    utc(r.LeaseExpiresAt),
-		LeaseGeneration:   r.LeaseGeneration,
-		OutcomeGeneration: r.OutcomeGeneration,
-		Outcome:           deref(r.Outcome),
-		AttemptCount:      int(r.AttemptCount),
-		LastAttemptedAt:   utc(r.LastAttemptedAt),
-		LastError:         deref(r.LastError),
-		FinishedAt:        utc(r.FinishedAt),
-		DeadLetteredAt:    utc(r.DeadLetteredAt),
-	}
-}
-
-func utc(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
-// fence returns the (message id, generation) columns of leases.
-func fence(leases []Lease) ([]uuid.UUID, []int64) {
-	ids := make([]uuid.UUID, len(leases))
-	gens := make([]int64, len(leases))
+// fence returns the fenced write's arguments for owner's leases.
+func (s *Postgres) fence(owner string, leases []Lease) fenceArgs {
+	f := fenceArgs{now: s.pinned(), owner: owner, ids: make([]uuid.UUID, len(leases)), generations: make([]int64, len(leases))}
 	for i, l := range leases {
-		ids[i], gens[i] = l.Message.ID, l.Generation
+		f.ids[i], f.generations[i] = l.Message.ID, l.Generation
 	}
-	return ids, gens
+	return f
 }
 
-func failureColumns(failures []Failure) ([]uuid.UUID, []int64, []time.Duration, []string) {
+// failArgs returns the fail and dead-letter arguments for owner's failures.
+func (s *Postgres) failArgs(owner string, failures []Failure) failArgs {
 	leases := make([]Lease, len(failures))
-	delays := make([]time.Duration, len(failures))
-	texts := make([]string, len(failures))
-	for i, f := range failures {
-		leases[i], delays[i], texts[i] = f.Lease, f.RetryAfter, SanitizeError(f.Error)
+	f := failArgs{retryDelays: make([]time.Duration, len(failures)), lastErrors: make([]string, len(failures))}
+	for i, fl := range failures {
+		leases[i], f.retryDelays[i], f.lastErrors[i] = fl.Lease, fl.RetryAfter, SanitizeError(fl.Error)
 	}
-	ids, gens := fence(leases)
-	return ids, gens, delays, texts
-}
-
-// enqueueResult reports msgs against the ids the store inserted.
-func enqueueResult(msgs []NewMessage, inserted []uuid.UUID) EnqueueResult {
-	done := make(map[uuid.UUID]bool, len(inserted))
-	for _, id := range inserted {
-		done[id] = true
-	}
-	res := EnqueueResult{IDs: make([]uuid.UUID, len(msgs)), Duplicates: []uuid.UUID{}}
-	for i, m := range msgs {
-		res.IDs[i] = m.ID
-		if !done[m.ID] {
-			res.Duplicates = append(res.Duplicates, m.ID)
-		}
-	}
-	return res
-}
-
-// renewResult splits leases into renewed (with new expiry) and lost.
-func renewResult(leases []Lease, expiry map[uuid.UUID]time.Time) RenewResult {
-	res := RenewResult{Renewed: []Lease{}, Lost: []uuid.UUID{}}
-	for _, l := range leases {
-		if t, ok := expiry[l.Message.ID]; ok {
-			l.ExpiresAt = t
-			res.Renewed = append(res.Renewed, l)
-		} else {
-			res.Lost = append(res.Lost, l.Message.ID)
-		}
-	}
-	return res
+	f.fenceArgs = s.fence(owner, leases)
+	return f
 }

@@ -117,12 +117,8 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 	if st.DeadRows < deadRows || st.Running {
 		return v, nil
 	}
-	vacuum := g.InboxVacuum
-	if s.queue == Outbox {
-		vacuum = g.OutboxVacuum
-	}
 	start := time.Now()
-	if err := vacuum(ctx, s.pool); err != nil {
+	if err := s.sql.vacuum(ctx, s.pool); err != nil {
 		return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
 	}
 	v.Ran, v.Duration = true, time.Since(start)

@@ -83,33 +83,3 @@ SELECT s.n_dead_tup::bigint AS dead_tuples,
 FROM pg_catalog.pg_stat_user_tables AS s
 JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
 WHERE s.relid = to_regclass(@table_name::text);
-
--- DiagnosticsInboxOverdue reports whether some inbox message has been due
--- for at least min_due at the database's now: a pending or failed row since
--- its visible_after (its created_at when later), or a leased row since its
--- lease expired. Time a message spent deferred, waiting on a retry delay or
--- leased does not count. The ready check reads inbox_messages_ready_idx from
--- the FIFO head up to the rows created min_due ago and stops at the first
--- overdue one; the lease check is one descent of inbox_messages_expiry_idx.
--- name: DiagnosticsInboxOverdue :one
-SELECT (EXISTS (SELECT 1
-                FROM inbox_messages
-                WHERE status IN ('pending', 'failed')
-                  AND created_at <= statement_timestamp() - @min_due::interval
-                  AND visible_after <= statement_timestamp() - @min_due::interval)
-        OR EXISTS (SELECT 1
-                   FROM inbox_messages
-                   WHERE lease_expires_at <= statement_timestamp() - @min_due::interval
-                     AND lease_owner IS NOT NULL))::boolean AS overdue;
-
--- DiagnosticsOutboxOverdue is DiagnosticsInboxOverdue for the outbox.
--- name: DiagnosticsOutboxOverdue :one
-SELECT (EXISTS (SELECT 1
-                FROM outbox_messages
-                WHERE status IN ('pending', 'failed')
-                  AND created_at <= statement_timestamp() - @min_due::interval
-                  AND visible_after <= statement_timestamp() - @min_due::interval)
-        OR EXISTS (SELECT 1
-                   FROM outbox_messages
-                   WHERE lease_expires_at <= statement_timestamp() - @min_due::interval
-                     AND lease_owner IS NOT NULL))::boolean AS overdue;

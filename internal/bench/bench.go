@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/db"
+	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -166,7 +167,7 @@ type Result struct {
 	// the fill: the median of several rolled-back claims.
 	Clean ClaimCost `json:"clean_claim"`
 	// CleanGeneric is the same for the claim's generic plan (see
-	// leasing.Postgres.ExplainClaimGeneric).
+	// explain.ClaimGeneric).
 	CleanGeneric ClaimCost `json:"clean_generic_claim"`
 	// Sampled is the API drain the claim-cost samples (Steady) were taken
 	// in, when it ran on its own before the rounds: it does when the
@@ -220,7 +221,7 @@ func (res Result) Drains() []*Drain {
 	return out
 }
 
-// ClaimCost is the plan cost of one claim (see leasing.ClaimPlan).
+// ClaimCost is the plan cost of one claim (see explain.ClaimPlan).
 type ClaimCost struct {
 	Rows             int      `json:"claim_rows"`
 	Buffers          int64    `json:"claim_buffers"`
@@ -232,7 +233,7 @@ type ClaimCost struct {
 	Plan             []string `json:"claim_plan,omitempty"`
 }
 
-func costOf(p leasing.ClaimPlan, withPlan bool) ClaimCost {
+func costOf(p explain.ClaimPlan, withPlan bool) ClaimCost {
 	c := ClaimCost{
 		Rows: p.Rows, Buffers: p.Buffers, Ms: ms(p.Duration), TempBlocks: p.TempBlocks,
 		JIT: p.JIT, SeqScan: p.SeqScan, SortOverEligible: p.SortOverEligible,
@@ -398,11 +399,11 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		return err
 	}
 	res.FillSeconds = time.Since(start).Seconds()
-	res.Clean, err = cleanCost(ctx, store.ExplainClaim, cfg.ExplainBatch)
+	res.Clean, err = cleanCost(ctx, store, explain.Claim, cfg.ExplainBatch)
 	if err != nil {
 		return err
 	}
-	res.CleanGeneric, err = cleanCost(ctx, store.ExplainClaimGeneric, cfg.ExplainBatch)
+	res.CleanGeneric, err = cleanCost(ctx, store, explain.ClaimGeneric, cfg.ExplainBatch)
 	if err != nil {
 		return err
 	}
@@ -497,17 +498,17 @@ func median(xs []float64) float64 {
 }
 
 // cleanCost returns the median cost of five rolled-back claims of batch
-// rows, explained by explain.
-func cleanCost(ctx context.Context, explain func(context.Context, int) (leasing.ClaimPlan, error), batch int) (ClaimCost, error) {
-	plans := make([]leasing.ClaimPlan, 5)
+// rows on store's queue, explained by run (explain.Claim or ClaimGeneric).
+func cleanCost(ctx context.Context, store *leasing.Postgres, run func(context.Context, *pgxpool.Pool, leasing.Queue, int, explain.Options) (explain.ClaimPlan, error), batch int) (ClaimCost, error) {
+	plans := make([]explain.ClaimPlan, 5)
 	for i := range plans {
-		p, err := explain(ctx, batch)
+		p, err := run(ctx, store.Pool(), store.Queue(), batch, explain.Options{})
 		if err != nil {
 			return ClaimCost{}, err
 		}
 		plans[i] = p
 	}
-	slices.SortFunc(plans, func(a, b leasing.ClaimPlan) int { return int(a.Buffers - b.Buffers) })
+	slices.SortFunc(plans, func(a, b explain.ClaimPlan) int { return int(a.Buffers - b.Buffers) })
 	return costOf(plans[len(plans)/2], true), nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -250,12 +251,12 @@ func sample(ctx context.Context, store *leasing.Postgres, pool *pgxpool.Pool, t 
 		case <-tick:
 		}
 		at := drained.Load()
-		live, err := store.ExplainClaim(ctx, batch)
+		live, err := explain.Claim(ctx, store.Pool(), store.Queue(), batch, explain.Options{})
 		if err != nil {
 			continue // the drain ending cancels ctx mid-explain
 		}
 		gate.Lock()
-		quiet, err := store.ExplainClaim(ctx, batch)
+		quiet, err := explain.Claim(ctx, store.Pool(), store.Queue(), batch, explain.Options{})
 		gate.Unlock()
 		if err != nil {
 			continue

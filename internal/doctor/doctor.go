@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -101,7 +102,7 @@ type QueueReport struct {
 	// Indexes lists the required indexes and their state.
 	Indexes []IndexState `json:"indexes"`
 	// ClaimPlan is the plan shape of a claim of ClaimBatch rows, one node
-	// per line (see leasing.ClaimPlan.Nodes); ClaimIndexes the indexes it
+	// per line (see explain.ClaimPlan.Nodes); ClaimIndexes the indexes it
 	// scans.
 	ClaimPlan    []string `json:"claim_plan"`
 	ClaimIndexes []string `json:"claim_indexes"`
@@ -113,14 +114,14 @@ type QueueReport struct {
 	// ClaimMs is the claim's execution time in milliseconds.
 	ClaimMs float64 `json:"claim_ms"`
 	// SeqScan, SortOverEligible, TempBlocks and JIT are the plan warnings
-	// of leasing.ClaimPlan.
+	// of explain.ClaimPlan.
 	SeqScan          bool  `json:"seq_scan"`
 	SortOverEligible bool  `json:"sort_over_eligible"`
 	TempBlocks       int64 `json:"temp_blocks"`
 	JIT              bool  `json:"jit"`
 	// GenericClaimBuffers, GenericSeqScan and GenericSortOverEligible are the
 	// same for the claim's generic plan, which leasing.Postgres runs every
-	// claim on (see leasing.Postgres.ExplainClaimGeneric).
+	// claim on (see explain.ClaimGeneric).
 	GenericClaimBuffers     int64 `json:"generic_claim_buffers"`
 	GenericSeqScan          bool  `json:"generic_seq_scan"`
 	GenericSortOverEligible bool  `json:"generic_sort_over_eligible"`
@@ -195,7 +196,7 @@ var shippedOptions = []string{
 
 // Check runs every check on pool's database and returns the report. The
 // claim it measures really runs inside a transaction that is rolled back
-// (see leasing.Postgres.ExplainClaim): it briefly locks up to BatchSize due
+// (see explain.Claim): it briefly locks up to BatchSize due
 // rows and leaves as many dead row versions.
 //
 // Errors: the first query that failed to run (a failed check is a problem
@@ -308,7 +309,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		warn("%d dead-lettered messages wait for an operator: fix the cause, then leasectl requeue --queue %s --all", qr.DeadLettered, q)
 	}
 
-	plan, err := store.ExplainClaim(ctx, opts.BatchSize)
+	plan, err := explain.Claim(ctx, store.Pool(), q, opts.BatchSize, explain.Options{})
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %w", err)
 	}
@@ -351,7 +352,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	if plan.JIT {
 		problem("PostgreSQL compiled the claim with JIT, which costs milliseconds per claim: raise jit_above_cost or set jit = off for the queue's role or database")
 	}
-	generic, err := store.ExplainClaimGeneric(ctx, opts.BatchSize)
+	generic, err := explain.ClaimGeneric(ctx, store.Pool(), q, opts.BatchSize, explain.Options{})
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %w", err)
 	}

@@ -1,4 +1,9 @@
-package leasing
+// Package explain runs a queue's claim statement under EXPLAIN (ANALYZE,
+// BUFFERS) and reads the plan: its shape, the indexes it scans and what it
+// cost. leasectl doctor and the benchmark use it; the statement is the
+// sqlc-generated claim that leasing.Postgres.Claim sends, captured from the
+// generated function with the parameters Claim passes it.
+package explain
 
 import (
 	"context"
@@ -11,6 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/internal/pgbatch"
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // ClaimPlan is how PostgreSQL ran one claim: the plan and what it cost, from
@@ -56,15 +66,24 @@ type ClaimPlan struct {
 	Raw json.RawMessage
 }
 
-// explainOwner is the lease owner of the claims ExplainClaim rolls back.
+// Options configures Claim and ClaimGeneric. The zero value explains at
+// the database's clock.
+type Options struct {
+	// Now, when not nil, pins the clock the claim uses in place of the
+	// database's, as leasing.PostgresOptions.Now does for a store.
+	Now func() time.Time
+}
+
+// explainOwner is the lease owner of the claims Claim rolls back.
 const explainOwner = "leasestore-explain"
 
 // explainPrefix turns the generated claim statement into its EXPLAIN.
 const explainPrefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 
-// ExplainClaim runs the claim statement that Claim runs, with batchSize rows
-// and no tenant, under EXPLAIN (ANALYZE, BUFFERS) in a transaction that it
-// always rolls back, and returns the plan and its cost.
+// Claim runs the claim statement of queue q that leasing.Postgres.Claim
+// runs, with batchSize rows and no tenant, on pool under EXPLAIN (ANALYZE,
+// BUFFERS) in a transaction that it always rolls back, and returns the plan
+// and its cost.
 //
 // The claim really executes: for the duration of the call it locks up to
 // batchSize due rows (concurrent claims skip them), and the rolled-back
@@ -73,48 +92,54 @@ const explainPrefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 // OutboxClaim) with the same parameters Claim sends, planned for those
 // parameter values: the custom plan PostgreSQL gives a prepared claim.
 //
-// Errors: an *ArgumentError when batchSize is not 1..MaxBatchSize; otherwise
-// the driver error, or an error when the EXPLAIN output cannot be parsed.
-func (s *Postgres) ExplainClaim(ctx context.Context, batchSize int) (ClaimPlan, error) {
-	return s.explainClaim(ctx, batchSize, false)
+// Errors: a *leasing.ArgumentError when batchSize is not
+// 1..leasing.MaxBatchSize or q is not a queue; otherwise the driver error,
+// or an error when the EXPLAIN output cannot be parsed.
+func Claim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize int, opts Options) (ClaimPlan, error) {
+	return explainClaim(ctx, pool, q, batchSize, opts, false)
 }
 
-// ExplainClaimGeneric is ExplainClaim with the generic plan: the plan
-// PostgreSQL reuses for a prepared claim without looking at its parameter
-// values, and the plan Claim and CompleteAndClaim run on (they set
-// plan_cache_mode = force_generic_plan for their own transaction). It prepares
-// the claim as leasestore_explain_claim on one connection and deallocates
-// it before returning.
+// ClaimGeneric is Claim with the generic plan: the plan PostgreSQL reuses
+// for a prepared claim without looking at its parameter values, and the
+// plan leasing.Postgres.Claim and CompleteAndClaim run on (they set
+// plan_cache_mode = force_generic_plan for their own transaction). It
+// prepares the claim as leasestore_explain_claim on one connection and
+// deallocates it before returning.
 //
-// Errors: as for ExplainClaim.
-func (s *Postgres) ExplainClaimGeneric(ctx context.Context, batchSize int) (ClaimPlan, error) {
-	return s.explainClaim(ctx, batchSize, true)
+// Errors: as for Claim.
+func ClaimGeneric(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize int, opts Options) (ClaimPlan, error) {
+	return explainClaim(ctx, pool, q, batchSize, opts, true)
 }
 
-// explainPrepared names the prepared claim ExplainClaimGeneric explains.
+// explainPrepared names the prepared claim ClaimGeneric explains.
 const explainPrepared = "leasestore_explain_claim"
 
-func (s *Postgres) explainClaim(ctx context.Context, batchSize int, generic bool) (ClaimPlan, error) {
-	r := ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second}
+func explainClaim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize int, opts Options, generic bool) (ClaimPlan, error) {
+	r := leasing.ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second}
 	if err := r.Validate(); err != nil {
 		return ClaimPlan{}, err
 	}
-	stmt, err := s.claimStatement(ctx, r)
+	var now *time.Time
+	if opts.Now != nil {
+		t := opts.Now()
+		now = &t
+	}
+	stmt, err := claimStatement(ctx, q, r, now)
 	if err != nil {
 		return ClaimPlan{}, err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+		return ClaimPlan{}, fmt.Errorf("explain: claim %s: %w", q, err)
 	}
 	defer conn.Release()
-	raw, err := explainRolledBack(ctx, conn.Conn(), stmt, r, s.pinned(), generic)
+	raw, err := explainRolledBack(ctx, conn.Conn(), stmt, r, now, generic)
 	if err != nil {
-		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+		return ClaimPlan{}, fmt.Errorf("explain: claim %s: %w", q, err)
 	}
 	plan, err := parseClaimPlan(raw, batchSize)
 	if err != nil {
-		return ClaimPlan{}, fmt.Errorf("leasing: explain claim %s: %w", s.queue, err)
+		return ClaimPlan{}, fmt.Errorf("explain: claim %s: %w", q, err)
 	}
 	return plan, nil
 }
@@ -128,7 +153,7 @@ const explainGenericArgsSQL = `SELECT set_config('leasestore.explain_now', coale
 // explainGenericSQL explains an EXECUTE of the prepared claim. EXECUTE
 // takes its arguments as expressions, not bind parameters, so they come
 // from the settings explainGenericArgsSQL made, and from the constants
-// ExplainClaim always uses (the untenanted claim): explainOwner, a 30-second lease.
+// Claim always uses (the untenanted claim): explainOwner, a 30-second lease.
 const explainGenericSQL = explainPrefix + "EXECUTE " + explainPrepared + `(
     nullif(current_setting('leasestore.explain_now'), '')::timestamptz,
     current_setting('leasestore.explain_batch')::integer,
@@ -147,9 +172,9 @@ var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.Int4OID, pgtyp
 // for the transaction and explains an EXECUTE of it with the arguments of r
 // (see explainGenericSQL). A prepared statement outlives the transaction:
 // it is deallocated after the rollback.
-func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt statement, r ClaimRequest, now *time.Time, generic bool) ([]byte, error) {
+func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt pgbatch.Statement, r leasing.ClaimRequest, now *time.Time, generic bool) ([]byte, error) {
 	if generic {
-		sd, err := conn.Prepare(ctx, explainPrepared, stmt.sql)
+		sd, err := conn.Prepare(ctx, explainPrepared, stmt.SQL)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +190,7 @@ func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt statement, r Cl
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var raw []byte
 	if !generic {
-		err = tx.QueryRow(ctx, explainPrefix+stmt.sql, stmt.args...).Scan(&raw)
+		err = tx.QueryRow(ctx, explainPrefix+stmt.SQL, stmt.Args...).Scan(&raw)
 		return raw, err
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
@@ -178,20 +203,28 @@ func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt statement, r Cl
 	return raw, err
 }
 
-// statement is one SQL text with its arguments, as a gen method sends it.
-type statement struct {
-	sql  string
-	args []any
-}
-
-// claimStatement returns the claim statement and arguments that Claim
-// sends for r, recorded from the generated query function.
-func (s *Postgres) claimStatement(ctx context.Context, r ClaimRequest) (statement, error) {
-	var rec recordDB
-	_, err := s.runClaim(ctx, &rec, r)
-	stmt, ok := rec.first()
-	if !errors.Is(err, errCaptured) || !ok {
-		return statement{}, fmt.Errorf("leasing: capture claim statement: %v", err)
+// claimStatement returns the untenanted claim statement of q and the
+// arguments that leasing.Postgres.Claim sends for r at now, recorded from
+// the generated query function.
+func claimStatement(ctx context.Context, q leasing.Queue, r leasing.ClaimRequest, now *time.Time) (pgbatch.Statement, error) {
+	var rec pgbatch.Recorder
+	var err error
+	switch q {
+	case leasing.Inbox:
+		_, err = gen.New().InboxClaim(ctx, &rec, gen.InboxClaimParams{
+			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+		})
+	case leasing.Outbox:
+		_, err = gen.New().OutboxClaim(ctx, &rec, gen.OutboxClaimParams{
+			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+		})
+	default:
+		_, err := leasing.ParseQueue(string(q))
+		return pgbatch.Statement{}, err
+	}
+	stmt, ok := rec.First()
+	if !errors.Is(err, pgbatch.ErrCaptured) || !ok {
+		return pgbatch.Statement{}, fmt.Errorf("explain: capture claim statement: %v", err)
 	}
 	return stmt, nil
 }

@@ -1,4 +1,4 @@
-package leasing
+package explain
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // seedPlan is the shape of the seed's claim on a large table: the sort
@@ -114,22 +116,21 @@ func TestClaimStatement(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	for _, q := range []Queue{Inbox, Outbox} {
-		s, err := NewPostgres(pool, q, PostgresOptions{})
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
+		st, err := claimStatement(context.Background(), q, leasing.ClaimRequest{Owner: "o", BatchSize: 7, LeaseFor: time.Minute}, &now)
 		require.NoError(t, err)
-		st, err := s.claimStatement(context.Background(), ClaimRequest{Owner: "o", BatchSize: 7, LeaseFor: time.Minute, TenantID: "t"})
-		require.NoError(t, err)
-		name := map[Queue]string{Inbox: "InboxClaimTenant", Outbox: "OutboxClaimTenant"}[q]
-		require.True(t, strings.HasPrefix(st.sql, "-- name: "+name+" :many"), st.sql)
-		require.Len(t, st.args, 5)
-		require.Contains(t, st.args, "t")
-		require.Contains(t, st.args, int32(7))
-		require.Contains(t, st.args, "o")
-		require.Contains(t, st.args, time.Minute)
+		name := map[leasing.Queue]string{leasing.Inbox: "InboxClaim", leasing.Outbox: "OutboxClaim"}[q]
+		require.True(t, strings.HasPrefix(st.SQL, "-- name: "+name+" :many"), st.SQL)
+		require.Len(t, st.Args, 4)
+		require.Contains(t, st.Args, &now)
+		require.Contains(t, st.Args, int32(7))
+		require.Contains(t, st.Args, "o")
+		require.Contains(t, st.Args, time.Minute)
 	}
 
-	s, err := NewPostgres(pool, Inbox, PostgresOptions{})
-	require.NoError(t, err)
-	_, err = s.ExplainClaim(context.Background(), 0)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = Claim(context.Background(), pool, leasing.Inbox, 0, Options{})
+	require.ErrorIs(t, err, leasing.ErrInvalidArgument)
+	_, err = Claim(context.Background(), pool, leasing.Queue("nope"), 1, Options{})
+	require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 }

@@ -1,0 +1,161 @@
+package leasing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// queueSQL runs one queue's generated statements in leasing's types; the
+// Postgres store calls nothing else of gen/ for its queue. inboxSQL and
+// outboxSQL implement it in sql_queues.go, rendered from
+// sql_queues.go.tmpl by db/render: each method fills its table's generated
+// params, calls its table's generated function, passes the error through
+// mapErr and converts the rows with one function per row type. db is the
+// pool, the caller's transaction, or a pipeline's recording or replaying
+// gen.DBTX.
+type queueSQL interface {
+	claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error)
+	claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error)
+	// renew returns the new expiry (UTC) of each renewed message.
+	renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error)
+	release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
+	releaseOrphans(ctx context.Context, db gen.DBTX, now *time.Time, owner string, held []uuid.UUID) ([]uuid.UUID, error)
+	complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
+	fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
+	deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
+	requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error)
+	purge(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error)
+	// countByStatus returns the rows per status; statuses without rows are absent.
+	countByStatus(ctx context.Context, db gen.DBTX) (map[Status]int64, error)
+	leaseHealth(ctx context.Context, db gen.DBTX, now *time.Time) (leaseHealth, error)
+	// get returns ErrNotFound when the table holds no such id.
+	get(ctx context.Context, db gen.DBTX, id uuid.UUID) (Row, error)
+	list(ctx context.Context, db gen.DBTX, createdAt time.Time, id uuid.UUID, limit int) ([]Row, error)
+	// enqueue returns the ids it inserted; a duplicate the table refuses is ErrDuplicate.
+	enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error)
+	enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessage) (int64, error)
+	vacuum(ctx context.Context, db gen.DBTX) error
+}
+
+// sqlFor returns the queueSQL of q, a valid queue.
+func sqlFor(q Queue) queueSQL {
+	if q == Outbox {
+		return outboxSQL{gen.New()}
+	}
+	return inboxSQL{gen.New()}
+}
+
+// claimArgs are a claim's parameters; tenantID only for claimTenant.
+type claimArgs struct {
+	now       *time.Time
+	owner     string
+	batchSize int32
+	leaseFor  time.Duration
+	tenantID  string
+}
+
+// fenceArgs are the leases a fenced write names: one owner, and the
+// (message id, lease generation) pairs, in the same order.
+type fenceArgs struct {
+	now         *time.Time
+	owner       string
+	ids         []uuid.UUID
+	generations []int64
+}
+
+// failArgs are fenceArgs with each lease's retry delay and error text.
+type failArgs struct {
+	fenceArgs
+	retryDelays []time.Duration
+	lastErrors  []string
+}
+
+// leaseHealth is one LeaseHealth row.
+type leaseHealth struct {
+	expiredLeases int64
+	oldestDueAge  time.Duration
+}
+
+// mapErr is the one translation of driver errors into leasing's: a unique
+// violation becomes ErrDuplicate with the server's detail, pgx.ErrNoRows
+// becomes ErrNotFound; other errors, and nil, pass unchanged.
+func mapErr(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "23505":
+		return fmt.Errorf("%w: %s", ErrDuplicate, pgErr.Detail)
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	}
+	return err
+}
+
+// convertRows converts each generated row with conv, in order.
+func convertRows[R, T any](rows []R, conv func(R) T) []T {
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		out[i] = conv(r)
+	}
+	return out
+}
+
+// enqueueColumns is a batch of messages as the parallel arrays that the
+// enqueue statements unnest; empty strings stand for NULL.
+type enqueueColumns struct {
+	ids             []uuid.UUID
+	types           []string
+	payloads        [][]byte
+	headers         []string
+	tenants         []string
+	idempotencyKeys []string
+	topics          []string
+	delays          []time.Duration
+}
+
+func columnsOf(msgs []NewMessage) enqueueColumns {
+	n := len(msgs)
+	c := enqueueColumns{
+		ids: make([]uuid.UUID, n), types: make([]string, n), payloads: make([][]byte, n), headers: make([]string, n),
+		tenants: make([]string, n), idempotencyKeys: make([]string, n), topics: make([]string, n), delays: make([]time.Duration, n),
+	}
+	for i, m := range msgs {
+		c.ids[i], c.types[i], c.payloads[i], c.headers[i] = m.ID, m.Type, m.Payload, string(m.Headers)
+		c.tenants[i], c.idempotencyKeys[i], c.topics[i], c.delays[i] = m.TenantID, m.IdempotencyKey, m.Topic, m.Delay
+	}
+	return c
+}
+
+// nullable is s as a nullable text parameter: nil for "".
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// deref is a nullable text column as a string: "" for NULL.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// utc is a nullable timestamp column in UTC.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
