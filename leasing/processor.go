@@ -85,10 +85,11 @@ const (
 type ProcessorOptions struct {
 	// Owner is the lease owner label; NewProcessor appends a random suffix
 	// (NewOwner) so that processes started with the same label are told
-	// apart. UTF-8 without NUL, at most MaxOwnerBytes-13 bytes. Defaults to
-	// the queue name.
+	// apart. UTF-8 without NUL, at most MaxOwnerLabelBytes bytes. Defaults
+	// to the queue name.
 	Owner string
-	// TenantID, when not empty, claims only that tenant's messages.
+	// TenantID, when not empty, claims only that tenant's messages. UTF-8
+	// without NUL.
 	TenantID string
 	// BatchSize is the most messages one claim takes, 1..MaxBatchSize.
 	// Defaults to 10.
@@ -133,63 +134,63 @@ type ProcessorOptions struct {
 	Vacuum VacuumPolicy
 }
 
-// resolve returns o with defaults filled in and checked for queue q.
-func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, error) {
+// resolve returns o with defaults filled in for queue q, and the claim
+// request the processor sends, its owner made from o.Owner. The claim's
+// fields are checked by ClaimRequest.Validate.
+//
+// Errors: an *ArgumentError naming the first bad option.
+func (o ProcessorOptions) resolve(q Queue) (ProcessorOptions, ClaimRequest, error) {
 	if o.Owner == "" {
 		o.Owner = string(q)
-	}
-	if !validText(o.Owner) || len(o.Owner) > MaxOwnerBytes-13 {
-		return o, argumentError("owner", "label must be UTF-8 without NUL and at most %d bytes", MaxOwnerBytes-13)
-	}
-	if !validText(o.TenantID) {
-		return o, argumentError("tenant id", "must be UTF-8 without NUL")
 	}
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
-	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
-		return o, argumentError("batch size", "must be 1..%d, got %d", MaxBatchSize, o.BatchSize)
-	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = DefaultLeaseDuration
 	}
-	if err := validateLeaseFor(o.LeaseDuration); err != nil {
-		return o, err
+	var claim ClaimRequest
+	if err := ValidateOwnerLabel(o.Owner); err != nil {
+		return o, claim, err
+	}
+	claim = ClaimRequest{Owner: NewOwner(o.Owner), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID}
+	if err := claim.Validate(); err != nil {
+		return o, claim, err
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = o.LeaseDuration / 3
 	}
 	if o.HeartbeatInterval <= 0 || o.HeartbeatInterval > o.LeaseDuration/2 {
-		return o, argumentError("heartbeat interval", "must be > 0 and at most half the lease duration %s, got %s",
+		return o, claim, argumentError("heartbeat interval", "must be > 0 and at most half the lease duration %s, got %s",
 			o.LeaseDuration, o.HeartbeatInterval)
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
 	if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
-		return o, argumentError("concurrency", "must be 1..%d, got %d", MaxConcurrency, o.Concurrency)
+		return o, claim, argumentError("concurrency", "must be 1..%d, got %d", MaxConcurrency, o.Concurrency)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	if o.PollInterval < 0 {
-		return o, argumentError("poll interval", "must be positive, got %s", o.PollInterval)
+	if err := ValidatePositive("poll interval", o.PollInterval); err != nil {
+		return o, claim, err
 	}
 	var err error
 	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
-		return o, err
+		return o, claim, err
 	}
 	o.Retry = o.Retry.withDefaults()
 	if err := o.Retry.validate(); err != nil {
-		return o, err
+		return o, claim, err
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = DefaultShutdownGrace
 	}
-	if o.ShutdownGrace < 0 {
-		return o, argumentError("shutdown grace", "must be positive, got %s", o.ShutdownGrace)
+	if err := ValidatePositive("shutdown grace", o.ShutdownGrace); err != nil {
+		return o, claim, err
 	}
-	return o, nil
+	return o, claim, nil
 }
 
 // Processor claims due messages of one store's queue, runs a Handler on
@@ -310,7 +311,7 @@ func NewProcessor(store Store, handler Handler, opts ProcessorOptions) (*Process
 	if handler == nil {
 		return nil, argumentError("handler", "must not be nil")
 	}
-	opts, err := opts.resolve(store.Queue())
+	opts, claim, err := opts.resolve(store.Queue())
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +320,7 @@ func NewProcessor(store Store, handler Handler, opts ProcessorOptions) (*Process
 		return nil, err
 	}
 	return &Processor{
-		store: store, handler: handler, opts: opts, owner: NewOwner(opts.Owner), metrics: m,
+		store: store, handler: handler, opts: opts, owner: claim.Owner, metrics: m,
 		stop: make(chan struct{}), done: make(chan struct{}), held: make(map[uuid.UUID]*heldLease), lostAt: make(map[uuid.UUID]time.Time),
 	}, nil
 }

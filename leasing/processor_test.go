@@ -696,6 +696,12 @@ func TestProcessorOptions(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(q.Owner(), "billing-"), q.Owner())
 		require.NotEqual(t, q.Owner(), r.Owner(), "one label, two owners")
+
+		label := strings.Repeat("o", leasing.MaxOwnerLabelBytes)
+		long, err := leasing.NewProcessor(mem, ok, leasing.ProcessorOptions{Owner: label})
+		require.NoError(t, err, "the longest label is kept whole")
+		require.True(t, strings.HasPrefix(long.Owner(), label+"-"), long.Owner())
+		require.Len(t, long.Owner(), leasing.MaxOwnerBytes)
 	})
 
 	t.Run("Invalid", func(t *testing.T) {
@@ -719,11 +725,19 @@ func TestProcessorOptions(t *testing.T) {
 			"NegativeShutdownGrace":    {mem, ok, leasing.ProcessorOptions{ShutdownGrace: -time.Second}, "shutdown grace"},
 			"OwnerWithNUL":             {mem, ok, leasing.ProcessorOptions{Owner: "a\x00b"}, "owner"},
 			"OwnerTooLong":             {mem, ok, leasing.ProcessorOptions{Owner: strings.Repeat("o", leasing.MaxOwnerBytes)}, "owner"},
+			"OwnerLabelOneTooLong":     {mem, ok, leasing.ProcessorOptions{Owner: strings.Repeat("o", leasing.MaxOwnerLabelBytes+1)}, "owner"},
 			"RetryMaxAttemptsNegative": {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{MaxAttempts: -1}}, "retry max attempts"},
 			"RetryMultiplierBelowOne":  {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{Multiplier: 0.5}}, "retry multiplier"},
 			"RetryJitterOverOne":       {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{Jitter: 1.5}}, "retry jitter"},
 			"RetryMaxBelowInitial":     {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{InitialDelay: time.Hour, MaxDelay: time.Minute}}, "retry max delay"},
 			"RetryNegativeInitial":     {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{InitialDelay: -time.Second}}, "retry initial delay"},
+			"RetryInitialOverMax":      {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{InitialDelay: leasing.MaxDelay + 1}}, "retry initial delay"},
+			"RetryMaxOverMax":          {mem, ok, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{MaxDelay: leasing.MaxDelay + 1}}, "retry max delay"},
+			"TenantWithNUL":            {mem, ok, leasing.ProcessorOptions{TenantID: "t\x00"}, "tenant id"},
+			"TenantInvalidUTF8":        {mem, ok, leasing.ProcessorOptions{TenantID: "\xff"}, "tenant id"},
+			"VacuumNegativeDeadRows":   {mem, ok, leasing.ProcessorOptions{Vacuum: leasing.VacuumPolicy{DeadRows: -1}}, "vacuum dead rows"},
+			"VacuumNegativeInterval":   {mem, ok, leasing.ProcessorOptions{Vacuum: leasing.VacuumPolicy{CheckInterval: -time.Second}}, "vacuum check interval"},
+			"VacuumDutyCycleOverOne":   {mem, ok, leasing.ProcessorOptions{Vacuum: leasing.VacuumPolicy{DutyCycle: 1.5}}, "vacuum duty cycle"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()

@@ -70,11 +70,11 @@ func (p VacuumPolicy) resolve() (VacuumPolicy, error) {
 	if !(p.DutyCycle > 0 && p.DutyCycle <= 1) {
 		return p, argumentError("vacuum duty cycle", "must be in (0, 1], got %g", p.DutyCycle)
 	}
-	if p.DeadRows < 0 {
-		return p, argumentError("vacuum dead rows", "must be positive, got %d", p.DeadRows)
+	if err := ValidatePositive("vacuum dead rows", p.DeadRows); err != nil {
+		return p, err
 	}
-	if p.CheckInterval < 0 {
-		return p, argumentError("vacuum check interval", "must be positive, got %s", p.CheckInterval)
+	if err := ValidatePositive("vacuum check interval", p.CheckInterval); err != nil {
+		return p, err
 	}
 	return p, nil
 }
@@ -102,8 +102,8 @@ type Vacuum struct {
 // the user may not VACUUM the table (nothing is sent); otherwise the
 // driver's.
 func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, error) {
-	if deadRows <= 0 {
-		return Vacuum{}, argumentError("vacuum dead rows", "must be positive, got %d", deadRows)
+	if err := ValidatePositive("vacuum dead rows", deadRows); err != nil {
+		return Vacuum{}, err
 	}
 	g := gen.New()
 	st, err := g.VacuumState(ctx, s.pool, gen.VacuumStateParams{TableName: s.queue.Table()})
