@@ -40,7 +40,7 @@ import (
 var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"integration/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
 	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
-	{"leasing/signal.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
+	{"leasing/processor/listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"leasing/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},
 	{"leasing/pipeline.go", "Exec", "recordDB queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
 	{"leasing/pipeline.go", "Query", "recordDB queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},

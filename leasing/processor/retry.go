@@ -1,9 +1,11 @@
-package leasing
+package processor
 
 import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // RetryPolicy decides what a Processor writes after a handler error: failed
@@ -55,18 +57,18 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 }
 
 // validate checks a policy after withDefaults; its delays by the rule of
-// every retry delay (ValidateDelay).
+// every retry delay (leasing.ValidateDelay).
 func (p RetryPolicy) validate() error {
 	if p.MaxAttempts < 1 || p.MaxAttempts > math.MaxInt32 {
 		return argumentError("retry max attempts", "must be 1..%d, got %d", math.MaxInt32, p.MaxAttempts)
 	}
-	if err := ValidateDelay("retry initial delay", p.InitialDelay); err != nil {
+	if err := leasing.ValidateDelay("retry initial delay", p.InitialDelay); err != nil {
 		return err
 	}
 	if p.MaxDelay < p.InitialDelay {
 		return argumentError("retry max delay", "must be at least the initial delay %s, got %s", p.InitialDelay, p.MaxDelay)
 	}
-	if err := ValidateDelay("retry max delay", p.MaxDelay); err != nil {
+	if err := leasing.ValidateDelay("retry max delay", p.MaxDelay); err != nil {
 		return err
 	}
 	switch {
@@ -82,7 +84,7 @@ func (p RetryPolicy) validate() error {
 // failed: min(MaxDelay, InitialDelay·Multiplier^(attempt-1)), shortened at
 // random by up to Jitter of itself. Zero fields take their defaults; an
 // attempt below 1 counts as 1. The delay is counted on the store's clock
-// from the moment the failure is written (Failure.RetryAfter).
+// from the moment the failure is written (leasing.Failure.RetryAfter).
 func (p RetryPolicy) Backoff(attempt int) time.Duration {
 	p = p.withDefaults()
 	return p.backoff(attempt, rand.Float64())
