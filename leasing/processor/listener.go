@@ -124,12 +124,8 @@ func (l *Listener) Run(ctx context.Context) error {
 		if l.opts.OnError != nil {
 			l.opts.OnError(fmt.Errorf("processor: listen on %s: %w", l.channel, err))
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, backoff) {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(backoff*2, l.opts.MaxBackoff)
 	}

@@ -214,6 +214,18 @@ func (p *Processor) errorf(what string, err error) error {
 	return fmt.Errorf("processor: %s %s: %w", p.store.Queue(), what, err)
 }
 
+// pause waits d, or until ctx ends, and reports whether d passed.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // argumentError returns a *leasing.ArgumentError for field.
 func argumentError(field, format string, args ...any) error {
 	return &leasing.ArgumentError{Field: field, Reason: fmt.Sprintf(format, args...)}

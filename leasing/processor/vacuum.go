@@ -103,12 +103,8 @@ func KeepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 	}
 	wait := policy.CheckInterval
 	for {
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !pause(ctx, wait) {
 			return nil
-		case <-timer.C:
 		}
 		v, err := store.VacuumIfDead(ctx, policy.DeadRows)
 		if err != nil && ctx.Err() == nil && onError != nil {
