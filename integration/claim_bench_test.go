@@ -16,6 +16,7 @@ import (
 	"github.com/leasestore/leasestore/internal/bench"
 	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // benchPool returns a pool on a fresh, migrated database whose connections
@@ -204,7 +205,7 @@ func BenchmarkProcessorDrain(b *testing.B) {
 				for range 4 {
 					store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 					require.NoError(b, err)
-					p, err := leasing.NewProcessor(store, handler, leasing.ProcessorOptions{
+					p, err := processor.New(store, handler, processor.Options{
 						BatchSize: 100, Concurrency: concurrency, PollInterval: 10 * time.Millisecond,
 						OnError: func(err error) { b.Error(err) },
 					})

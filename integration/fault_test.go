@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // Faults at the store level (deterministic) and at the processor level.
@@ -436,8 +437,8 @@ func TestFaultPausedProcessor(t *testing.T) {
 		require.NoError(t, err)
 		return &recordingStore{Store: pg, rec: rec, worker: name}
 	}
-	opts := func(name string) leasing.ProcessorOptions {
-		return leasing.ProcessorOptions{Owner: name, BatchSize: 1, Concurrency: 1, LeaseDuration: lease,
+	opts := func(name string) processor.Options {
+		return processor.Options{Owner: name, BatchSize: 1, Concurrency: 1, LeaseDuration: lease,
 			HeartbeatInterval: lease / 4, PollInterval: 20 * time.Millisecond, ShutdownGrace: time.Second}
 	}
 	res, err := open("loader").Enqueue(ctx, leasing.NewMessage{})
@@ -448,7 +449,7 @@ func TestFaultPausedProcessor(t *testing.T) {
 	sa := open("a")
 	started, resume := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	pa, err := leasing.NewProcessor(sa, func(context.Context, leasing.Lease) error {
+	pa, err := processor.New(sa, func(context.Context, leasing.Lease) error {
 		once.Do(func() { close(started) })
 		<-resume // frozen: ignores its context, like a paused process
 		return nil
@@ -459,7 +460,7 @@ func TestFaultPausedProcessor(t *testing.T) {
 	sa.pause()
 
 	// Its lease expires; a second processor reclaims and completes.
-	pb, err := leasing.NewProcessor(open("b"), func(context.Context, leasing.Lease) error { return nil }, opts("b"))
+	pb, err := processor.New(open("b"), func(context.Context, leasing.Lease) error { return nil }, opts("b"))
 	require.NoError(t, err)
 	go func() { _ = pb.Run(ctx) }()
 	require.Eventually(t, func() bool {
@@ -515,17 +516,17 @@ func TestFaultListener(t *testing.T) {
 	pool := newPool(t, url, "", 2)
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
-	listener, err := leasing.NewListener(pool.Config().ConnConfig, leasing.Inbox, leasing.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	listener, err := processor.NewListener(pool.Config().ConnConfig, leasing.Inbox, processor.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	require.NoError(t, err)
 	lctx, stopListener := context.WithCancel(ctx)
 	defer stopListener()
 	go func() { _ = listener.Run(lctx) }()
 
 	handled := make(chan uuid.UUID, 100)
-	proc, err := leasing.NewProcessor(store, func(_ context.Context, l leasing.Lease) error {
+	proc, err := processor.New(store, func(_ context.Context, l leasing.Lease) error {
 		handled <- l.Message.ID
 		return nil
-	}, leasing.ProcessorOptions{PollInterval: time.Hour, WorkSignal: listener}) // only wake-ups can find new rows
+	}, processor.Options{PollInterval: time.Hour, WorkSignal: listener}) // only wake-ups can find new rows
 	require.NoError(t, err)
 	go func() { _ = proc.Run(ctx) }()
 	defer func() {
@@ -577,16 +578,16 @@ func TestFaultListener(t *testing.T) {
 	// No working listener at all: polling alone delivers.
 	broken := pool.Config().ConnConfig.Copy()
 	broken.Port = 1 // nothing listens there
-	deaf, err := leasing.NewListener(broken, leasing.Outbox, leasing.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	deaf, err := processor.NewListener(broken, leasing.Outbox, processor.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	require.NoError(t, err)
 	go func() { _ = deaf.Run(lctx) }()
 	outbox, err := leasing.NewPostgres(pool, leasing.Outbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
 	polled := make(chan struct{}, 10)
-	poller, err := leasing.NewProcessor(outbox, func(context.Context, leasing.Lease) error {
+	poller, err := processor.New(outbox, func(context.Context, leasing.Lease) error {
 		polled <- struct{}{}
 		return nil
-	}, leasing.ProcessorOptions{PollInterval: 100 * time.Millisecond, WorkSignal: deaf})
+	}, processor.Options{PollInterval: 100 * time.Millisecond, WorkSignal: deaf})
 	require.NoError(t, err)
 	go func() { _ = poller.Run(ctx) }()
 	defer func() {
@@ -716,12 +717,12 @@ func TestFaultPhantomClaimBurnsAttempt(t *testing.T) {
 	require.NoError(t, err)
 	store := &phantomClaimStore{Store: pg}
 	var runs atomic.Int64
-	proc, err := leasing.NewProcessor(store, func(context.Context, leasing.Lease) error {
+	proc, err := processor.New(store, func(context.Context, leasing.Lease) error {
 		runs.Add(1)
 		return errors.New("always fails")
-	}, leasing.ProcessorOptions{
+	}, processor.Options{
 		BatchSize: 1, Concurrency: 1, LeaseDuration: 200 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, Retry: leasing.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Millisecond},
+		PollInterval: 20 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Millisecond},
 	})
 	require.NoError(t, err)
 	go func() { _ = proc.Run(ctx) }()

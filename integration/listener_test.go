@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // TestListenerWakesProcessor runs a processor whose poll interval (1h) never
@@ -29,14 +30,14 @@ func TestListenerWakesProcessor(t *testing.T) {
 			cfg, err := pgx.ParseConfig(b.url)
 			require.NoError(t, err)
 			var listenErrors atomic.Int32
-			l, err := leasing.NewListener(cfg, q, leasing.ListenerOptions{
+			l, err := processor.NewListener(cfg, q, processor.ListenerOptions{
 				MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 				OnError: func(error) { listenErrors.Add(1) },
 			})
 			require.NoError(t, err)
 			require.Equal(t, string(q)+"_messages", l.Channel())
 
-			p := b.start(t, "a", e2eOK, leasing.ProcessorOptions{PollInterval: time.Hour, WorkSignal: l})
+			p := b.start(t, "a", e2eOK, processor.Options{PollInterval: time.Hour, WorkSignal: l})
 			b.waitFor(t, p.claimsMark()(1), "the claim at start")
 			claims := p.claimsMark()
 

@@ -41,7 +41,7 @@ var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"integration/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
 	{"integration/dbtest/run.go", "dropObjects", "DROP ROLE of a dead run's per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
 	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
-	{"leasing/signal.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
+	{"leasing/processor/listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"internal/explain/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},
 	{"internal/pgbatch/pgbatch.go", "Exec", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
 	{"internal/pgbatch/pgbatch.go", "Query", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},

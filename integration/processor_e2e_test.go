@@ -19,6 +19,7 @@ import (
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // e2eQueues are the queues every end-to-end case runs on: the inbox with a
@@ -253,7 +254,7 @@ func (b *e2eBundle) rawClaim(t *testing.T, owner string, n int) []leasing.Lease 
 type e2eProc struct {
 	label    string
 	queue    leasing.Queue
-	p        *leasing.Processor
+	p        *processor.Processor
 	store    *e2eStore
 	reader   *sdkmetric.ManualReader
 	provider *sdkmetric.MeterProvider
@@ -269,7 +270,7 @@ type e2eProc struct {
 // message. Unless opts sets them: Owner is the label, the lease is 30s of
 // the pinned clock, poll and heartbeat run every 10ms (real time) and the
 // shutdown grace is 2s. Call run to start it; cleanup stops it.
-func (b *e2eBundle) newProc(t *testing.T, label string, behave e2eBehaviour, opts leasing.ProcessorOptions) *e2eProc {
+func (b *e2eBundle) newProc(t *testing.T, label string, behave e2eBehaviour, opts processor.Options) *e2eProc {
 	t.Helper()
 	if opts.Owner == "" {
 		opts.Owner = label
@@ -293,9 +294,9 @@ func (b *e2eBundle) newProc(t *testing.T, label string, behave e2eBehaviour, opt
 		label: label, queue: b.queue, store: &e2eStore{Store: b.openStore(t)},
 		reader: reader, provider: provider, errc: make(chan error, 1),
 	}
-	var handler leasing.Handler
+	var handler processor.Handler
 	if b.queue == leasing.Outbox {
-		publish := leasing.Publisher(func(ctx context.Context, m leasing.Message) error {
+		publish := processor.Publisher(func(ctx context.Context, m leasing.Message) error {
 			b.broker.record(e2eDelivery{Proc: label, Owner: pr.p.Owner(), MessageID: m.ID, TenantID: m.TenantID, Topic: m.Topic})
 			return behave(ctx, m)
 		})
@@ -306,7 +307,7 @@ func (b *e2eBundle) newProc(t *testing.T, label string, behave e2eBehaviour, opt
 			return behave(ctx, l.Message)
 		}
 	}
-	p, err := leasing.NewProcessor(pr.store, handler, opts)
+	p, err := processor.New(pr.store, handler, opts)
 	require.NoError(t, err)
 	pr.p = p
 	t.Cleanup(func() {
@@ -336,7 +337,7 @@ func (pr *e2eProc) runAfter(gate <-chan struct{}, parked *sync.WaitGroup) {
 	}()
 }
 
-func (b *e2eBundle) start(t *testing.T, label string, behave e2eBehaviour, opts leasing.ProcessorOptions) *e2eProc {
+func (b *e2eBundle) start(t *testing.T, label string, behave e2eBehaviour, opts processor.Options) *e2eProc {
 	t.Helper()
 	pr := b.newProc(t, label, behave, opts)
 	pr.run()
@@ -369,7 +370,7 @@ func (pr *e2eProc) claimsMark() func(n int64) func() bool {
 	}
 }
 
-// e2eCounterNames are the processor counters, as named in ProcessorOptions
+// e2eCounterNames are the processor counters, as the processor package names them
 // and the seed, with "succeeded" standing for the outbox's "published".
 var e2eCounterNames = []string{
 	"leases_acquired", "succeeded", "failed", "dead_lettered", "lease_lost", "persist_skipped", "persist_rejected",
@@ -529,7 +530,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 		b := e2eSetup(t, q)
 		ids := b.enqueueN(t, 5)
 		// One slot: deliveries follow claim order, which is FIFO.
-		p := b.start(t, "a", e2eOK, leasing.ProcessorOptions{Concurrency: 1})
+		p := b.start(t, "a", e2eOK, processor.Options{Concurrency: 1})
 		for _, id := range ids {
 			b.waitStatus(t, id, q.Succeeded())
 		}
@@ -568,7 +569,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 				return errors.New("downstream unavailable")
 			}
 			return nil
-		}, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{InitialDelay: time.Minute}})
+		}, processor.Options{RetryPolicy: processor.RetryPolicy{InitialDelay: time.Minute}})
 
 		b.waitStatus(t, id, leasing.StatusFailed)
 		r := b.row(t, id)
@@ -606,7 +607,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 				return fmt.Errorf("poison, call %d", n)
 			}
 			return nil
-		}, leasing.ProcessorOptions{Retry: leasing.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, Multiplier: 2}})
+		}, processor.Options{RetryPolicy: processor.RetryPolicy{MaxAttempts: 3, InitialDelay: time.Second, Multiplier: 2}})
 
 		for _, step := range []struct {
 			attempt int
@@ -662,7 +663,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			close(started)
 			<-ctx.Done()
 			return context.Cause(ctx)
-		}, leasing.ProcessorOptions{Concurrency: 1, BatchSize: 1, ShutdownGrace: 10 * time.Millisecond})
+		}, processor.Options{Concurrency: 1, BatchSize: 1, ShutdownGrace: 10 * time.Millisecond})
 		<-started
 		a.store.crashed.Store(true)
 		r := b.row(t, id)
@@ -670,7 +671,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 		require.Equal(t, a.p.Owner(), r.LeaseOwner)
 		require.Equal(t, b.clock.Now().Add(30*time.Second), *r.LeaseExpiresAt)
 
-		bp := b.start(t, "b", e2eOK, leasing.ProcessorOptions{})
+		bp := b.start(t, "b", e2eOK, processor.Options{})
 		b.waitFor(t, bp.claimsMark()(3), "b claims three times")
 		require.Empty(t, b.broker.of(id)[1:], "b leaves a live lease alone")
 
@@ -707,10 +708,10 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-		}, leasing.ProcessorOptions{})
+		}, processor.Options{})
 		<-started
 		require.Equal(t, t0.Add(30*time.Second), *b.row(t, id).LeaseExpiresAt)
-		bp := b.start(t, "b", e2eOK, leasing.ProcessorOptions{})
+		bp := b.start(t, "b", e2eOK, processor.Options{})
 
 		// Step the store clock 20s at a time, 100s in all, more than three
 		// leases. Each step leaves the lease live (20s < 30s); the
@@ -757,9 +758,9 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			cause <- context.Cause(ctx)
 			<-release
 			return nil // claims success; a must not write it
-		}, leasing.ProcessorOptions{Concurrency: 1})
+		}, processor.Options{Concurrency: 1})
 		<-started
-		bp := b.start(t, "b", e2eOK, leasing.ProcessorOptions{})
+		bp := b.start(t, "b", e2eOK, processor.Options{})
 
 		// The store clock jumps past the lease before a's heartbeat renews
 		// it (a stalled heartbeat, a paused VM): the next renew is refused.
@@ -797,7 +798,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			close(started)
 			<-release
 			return nil
-		}, leasing.ProcessorOptions{Concurrency: 1, HeartbeatInterval: 15 * time.Second})
+		}, processor.Options{Concurrency: 1, HeartbeatInterval: 15 * time.Second})
 		<-started
 		b.clock.Advance(31 * time.Second)
 		other := b.rawClaim(t, "other", 10)
@@ -826,7 +827,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			close(started)
 			<-release
 			return nil
-		}, leasing.ProcessorOptions{Concurrency: 1, BatchSize: 5, ShutdownGrace: e2eWait})
+		}, processor.Options{Concurrency: 1, BatchSize: 5, ShutdownGrace: e2eWait})
 		<-started
 		b.waitFor(t, func() bool { return a.counter("leases_acquired") == 3 }, "a claims all three")
 		for _, id := range ids[1:] {
@@ -848,7 +849,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 		}
 		// The store clock never moves: b takes them over without waiting
 		// for any lease to expire, while a is still shutting down.
-		bp := b.start(t, "b", e2eOK, leasing.ProcessorOptions{})
+		bp := b.start(t, "b", e2eOK, processor.Options{})
 		for _, id := range ids[1:] {
 			b.waitStatus(t, id, q.Succeeded())
 		}
@@ -885,8 +886,8 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 			return nil
 		}
 		procs := []*e2eProc{
-			b.newProc(t, "a", slow, leasing.ProcessorOptions{BatchSize: 10}),
-			b.newProc(t, "b", slow, leasing.ProcessorOptions{BatchSize: 10}),
+			b.newProc(t, "a", slow, processor.Options{BatchSize: 10}),
+			b.newProc(t, "b", slow, processor.Options{BatchSize: 10}),
 		}
 		// Warm both pools so that neither starts late on a new connection,
 		// then start both at the same moment.
@@ -975,8 +976,8 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 				return context.Cause(ctx)
 			}
 			return nil
-		}, leasing.ProcessorOptions{Concurrency: 8, Retry: leasing.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second}})
-		reg, err := leasing.RegisterQueueGauges(p.provider.Meter("e2e-gauges"), b.store)
+		}, processor.Options{Concurrency: 8, RetryPolicy: processor.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Second}})
+		reg, err := processor.RegisterQueueGauges(p.provider.Meter("e2e-gauges"), b.store)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, reg.Unregister()) }()
 
@@ -1040,7 +1041,7 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 		// runs last.
 		order := []string{"a", "b", ""}
 		for i, tenant := range order {
-			p := b.start(t, "tenant-"+tenant, e2eOK, leasing.ProcessorOptions{TenantID: tenant})
+			p := b.start(t, "tenant-"+tenant, e2eOK, processor.Options{TenantID: tenant})
 			for _, id := range byTenant[tenant] {
 				b.waitStatus(t, id, q.Succeeded())
 			}

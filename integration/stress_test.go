@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // Stress: at least 16 processors, each on its own pool, work one queue of
@@ -416,7 +417,7 @@ type stressWorker struct {
 	name  string
 	store *recordingStore
 	pool  *pgxpool.Pool
-	proc  *leasing.Processor
+	proc  *processor.Processor
 	done  chan struct{}
 }
 
@@ -473,7 +474,7 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 	var processorErrors atomic.Int64
 	seed := binary.BigEndian.Uint64(append(suffix[:], 0, 0, 0, 0))
 
-	handler := func(rs *recordingStore) leasing.Handler {
+	handler := func(rs *recordingStore) processor.Handler {
 		return func(hctx context.Context, l leasing.Lease) error {
 			inv := invocation{id: l.Message.ID, gen: l.Generation, worker: rs.worker, start: time.Now(), attempt: l.Attempt}
 			defer func() {
@@ -546,14 +547,14 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 		pg, err := leasing.NewPostgres(pool, cfg.queue, leasing.PostgresOptions{})
 		require.NoError(t, err)
 		rs := &recordingStore{Store: pg, rec: rec, worker: name}
-		proc, err := leasing.NewProcessor(rs, handler(rs), leasing.ProcessorOptions{
+		proc, err := processor.New(rs, handler(rs), processor.Options{
 			Owner:             name,
 			BatchSize:         8,
 			LeaseDuration:     cfg.lease,
 			HeartbeatInterval: cfg.lease / 4,
 			Concurrency:       4,
 			PollInterval:      50 * time.Millisecond,
-			Retry:             leasing.RetryPolicy{MaxAttempts: cfg.maxAttempts, InitialDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+			RetryPolicy:       processor.RetryPolicy{MaxAttempts: cfg.maxAttempts, InitialDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 			ShutdownGrace:     cfg.lease,
 			OnError:           func(error) { processorErrors.Add(1) },
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // Tenant scoping. The contract (Claim/TenantScoping) shows a claim bound to
@@ -135,14 +136,14 @@ func TestTenantScoping(t *testing.T) {
 				}
 			}
 		}
-		var procs []*leasing.Processor
+		var procs []*processor.Processor
 		var calls atomic.Int64
 		for i, tenant := range []string{"A", "A", "B", "B"} {
 			pg, err := leasing.NewPostgres(newPool(t, url, "", 2), leasing.Inbox, leasing.PostgresOptions{})
 			require.NoError(t, err)
 			gs := &tenantCheckStore{Store: pg, check: func(what string, ls []leasing.Lease) { calls.Add(1); check(tenant, what, ls) }}
 			var n atomic.Int64
-			p, err := leasing.NewProcessor(gs, func(hctx context.Context, l leasing.Lease) error {
+			p, err := processor.New(gs, func(hctx context.Context, l leasing.Lease) error {
 				switch n.Add(1) % 7 {
 				case 0:
 					return fmt.Errorf("tenant %s handler failed", tenant)
@@ -154,10 +155,10 @@ func TestTenantScoping(t *testing.T) {
 					}
 				}
 				return nil
-			}, leasing.ProcessorOptions{
+			}, processor.Options{
 				Owner: fmt.Sprintf("tenant-%s-%d", tenant, i), TenantID: tenant, BatchSize: 5, Concurrency: 3,
 				LeaseDuration: 250 * time.Millisecond, HeartbeatInterval: 60 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-				Retry: leasing.RetryPolicy{MaxAttempts: 3, InitialDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond},
+				RetryPolicy: processor.RetryPolicy{MaxAttempts: 3, InitialDelay: 5 * time.Millisecond, MaxDelay: 10 * time.Millisecond},
 			})
 			require.NoError(t, err)
 			owners[p.Owner()] = tenant

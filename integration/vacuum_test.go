@@ -13,6 +13,7 @@ import (
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // tableVacuums returns how many VACUUMs ran on q's table, by anyone, and
@@ -79,12 +80,12 @@ func TestVacuumIfDead(t *testing.T) {
 
 	// A user who may not VACUUM the table is told so, and nothing runs.
 	applyRoles(t, url)
-	processor := loginRole(t, url, "leasestore_processor")
-	roleStore := openStore(t, asUser(t, url, processor), leasing.Inbox, leasing.PostgresOptions{})
+	processorRole := loginRole(t, url, "leasestore_processor")
+	roleStore := openStore(t, asUser(t, url, processorRole), leasing.Inbox, leasing.PostgresOptions{})
 	_, err = roleStore.VacuumIfDead(ctx, 1)
 	require.ErrorIs(t, err, leasing.ErrVacuumNotAllowed)
 	var reported atomic.Int32
-	require.NoError(t, roleStore.KeepVacuumed(ctx, leasing.VacuumPolicy{DeadRows: 1, CheckInterval: time.Millisecond},
+	require.NoError(t, processor.KeepVacuumed(ctx, roleStore, processor.VacuumPolicy{DeadRows: 1, CheckInterval: time.Millisecond},
 		func(err error) {
 			require.ErrorIs(t, err, leasing.ErrVacuumNotAllowed)
 			reported.Add(1)
@@ -94,9 +95,9 @@ func TestVacuumIfDead(t *testing.T) {
 	require.Equal(t, after, final)
 
 	// Bad policies are argument errors before anything runs.
-	for _, p := range []leasing.VacuumPolicy{{DeadRows: -1}, {CheckInterval: -time.Second}, {DutyCycle: 1.5}, {DutyCycle: -0.1}} {
-		require.True(t, isArgErr(store.KeepVacuumed(ctx, p, nil)), "%+v", p)
-		_, err := leasing.NewProcessor(store, func(context.Context, leasing.Lease) error { return nil }, leasing.ProcessorOptions{Vacuum: p})
+	for _, p := range []processor.VacuumPolicy{{DeadRows: -1}, {CheckInterval: -time.Second}, {DutyCycle: 1.5}, {DutyCycle: -0.1}} {
+		require.True(t, isArgErr(processor.KeepVacuumed(ctx, store, p, nil)), "%+v", p)
+		_, err := processor.New(store, func(context.Context, leasing.Lease) error { return nil }, processor.Options{Vacuum: p})
 		require.True(t, isArgErr(err), "%+v", p)
 	}
 }
@@ -119,10 +120,10 @@ func TestProcessorVacuumsItsTable(t *testing.T) {
 		before, _ := tableVacuums(t, pool, leasing.Outbox)
 
 		var handled atomic.Int32
-		p, err := leasing.NewProcessor(store, func(context.Context, leasing.Lease) error { handled.Add(1); return nil },
-			leasing.ProcessorOptions{
+		p, err := processor.New(store, func(context.Context, leasing.Lease) error { handled.Add(1); return nil },
+			processor.Options{
 				BatchSize: 50, Concurrency: 8, PollInterval: 10 * time.Millisecond,
-				Vacuum:  leasing.VacuumPolicy{Disabled: disabled, DeadRows: 100, CheckInterval: 10 * time.Millisecond},
+				Vacuum:  processor.VacuumPolicy{Disabled: disabled, DeadRows: 100, CheckInterval: 10 * time.Millisecond},
 				OnError: func(err error) { t.Errorf("processor: %v", err) },
 			})
 		require.NoError(t, err)

@@ -13,4 +13,8 @@
 // [Outcome] and can no longer write. Visibility, expiry and renewal are
 // computed from the store's clock: the database's for [Postgres], never the
 // caller's.
+//
+// The runtime over a Store (a claim loop with worker slots, a heartbeat
+// that renews, a writer that batches outcomes, retries, metrics and the
+// LISTEN work signal) is package leasing/processor.
 package leasing

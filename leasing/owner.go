@@ -5,16 +5,32 @@ import (
 	"encoding/hex"
 )
 
+// MaxOwnerLabelBytes is the longest label NewOwner keeps whole:
+// MaxOwnerBytes less the 13 bytes of its suffix.
+const MaxOwnerLabelBytes = MaxOwnerBytes - 13
+
+// ValidateOwnerLabel returns nil when NewOwner makes a valid lease owner of
+// label without cutting it: 1..MaxOwnerLabelBytes bytes of UTF-8 without
+// NUL.
+//
+// Errors: an *ArgumentError for field "owner".
+func ValidateOwnerLabel(label string) error {
+	if len(label) > MaxOwnerLabelBytes {
+		return argumentError("owner", "label must be at most %d bytes, got %d", MaxOwnerLabelBytes, len(label))
+	}
+	return validateOwner(label)
+}
+
 // NewOwner returns a lease owner name made of label and a random suffix,
 // "label-3f9a1c2e7b40", so that two processes started with the same label
 // are still told apart. An empty label becomes "worker"; a label longer than
-// MaxOwnerBytes-13 bytes is cut.
+// MaxOwnerLabelBytes is cut.
 func NewOwner(label string) string {
 	if label == "" {
 		label = "worker"
 	}
-	if max := MaxOwnerBytes - 13; len(label) > max {
-		label = label[:max]
+	if len(label) > MaxOwnerLabelBytes {
+		label = label[:MaxOwnerLabelBytes]
 	}
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:]) // crypto/rand.Read never fails on supported platforms

@@ -48,6 +48,11 @@ const (
 // "outbox_messages".
 func (q Queue) Table() string { return string(q) + "_messages" }
 
+// Channel returns the NOTIFY channel of queue q: its table name,
+// "inbox_messages" or "outbox_messages". The trigger of migration 00003
+// notifies it, without payload, once per statement that inserts rows.
+func (q Queue) Channel() string { return q.Table() }
+
 // InFlight returns the status of a leased row: processing for the inbox,
 // publishing for the outbox.
 func (q Queue) InFlight() Status {

@@ -36,7 +36,8 @@ type ClaimRequest struct {
 	// LeaseFor is how long each lease lasts from the store's now,
 	// 1µs..MaxLeaseDuration; stored to the microsecond.
 	LeaseFor time.Duration
-	// TenantID, when not empty, claims only that tenant's rows.
+	// TenantID, when not empty, claims only that tenant's rows. UTF-8
+	// without NUL.
 	TenantID string
 }
 
@@ -50,7 +51,13 @@ func (r ClaimRequest) Validate() error {
 	if r.BatchSize < 1 || r.BatchSize > MaxBatchSize {
 		return argumentError("batch size", "must be 1..%d, got %d", MaxBatchSize, r.BatchSize)
 	}
-	return validateLeaseFor(r.LeaseFor)
+	if err := validateLeaseFor(r.LeaseFor); err != nil {
+		return err
+	}
+	if !validText(r.TenantID) {
+		return argumentError("tenant id", "must be UTF-8 without NUL")
+	}
+	return nil
 }
 
 // NewMessage is a message to enqueue.
@@ -111,9 +118,24 @@ func validateLeaseFor(d time.Duration) error {
 	return nil
 }
 
-func validateDelay(field string, d time.Duration) error {
+// ValidateDelay returns nil when d is a valid delay: an enqueue delay or a
+// retry delay, 0..MaxDelay.
+//
+// Errors: an *ArgumentError naming field.
+func ValidateDelay(field string, d time.Duration) error {
 	if d < 0 || d > MaxDelay {
 		return argumentError(field, "must be 0..%s, got %s", MaxDelay, d)
+	}
+	return nil
+}
+
+// ValidatePositive returns nil when v > 0: a count, or a duration such as
+// an interval or an age, that must be positive.
+//
+// Errors: an *ArgumentError naming field.
+func ValidatePositive[T ~int | ~int64](field string, v T) error {
+	if v <= 0 {
+		return argumentError(field, "must be positive, got %v", v)
 	}
 	return nil
 }
@@ -149,7 +171,7 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 				return nil, argumentError("message text", "message %d: type, tenant, key and topic must be UTF-8 without NUL", i)
 			}
 		}
-		if err := validateDelay("delay", m.Delay); err != nil {
+		if err := ValidateDelay("delay", m.Delay); err != nil {
 			return nil, err
 		}
 		if m.ID == uuid.Nil {
@@ -201,7 +223,7 @@ func validateLeases(q Queue, leases []Lease) (string, error) {
 func validateFailures(q Queue, failures []Failure) (string, error) {
 	leases := make([]Lease, len(failures))
 	for i, f := range failures {
-		if err := validateDelay("retry delay", f.RetryAfter); err != nil {
+		if err := ValidateDelay("retry delay", f.RetryAfter); err != nil {
 			return "", err
 		}
 		leases[i] = f.Lease

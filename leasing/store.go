@@ -208,8 +208,8 @@ type PurgeRequest struct {
 }
 
 func (r PurgeRequest) validate() error {
-	if r.OlderThan <= 0 {
-		return argumentError("older than", "must be positive, got %s", r.OlderThan)
+	if err := ValidatePositive("older than", r.OlderThan); err != nil {
+		return err
 	}
 	return validateCount("purge batch", r.BatchSize)
 }

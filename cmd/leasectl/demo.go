@@ -20,6 +20,7 @@ import (
 	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // errDemoFailed is returned when a demo check fails; the details are printed.
@@ -58,7 +59,7 @@ func runDemo(ctx context.Context, c *cli, args []string) error {
 		"       [--handle-time D] [--slow-time D] [--throwaway auto|always|never]\n\n"+
 		"Creates its own database leasestore_demo_<random> on the server (it never\n"+
 		"touches other databases), migrates it and enqueues messages on the inbox and\n"+
-		"the outbox. Two instances, each with one leasing.Processor per queue, start\n"+
+		"the outbox. Two instances, each with one processor.Processor per queue, start\n"+
 		"at the same moment; each processor renews its leases with a heartbeat, is\n"+
 		"woken by LISTEN/NOTIFY and records OpenTelemetry counters. A few messages\n"+
 		"fail once and are retried; one is slower than the lease, kept alive by the\n"+
@@ -222,9 +223,9 @@ func (s *demoStore) renewals(id uuid.UUID) int {
 // demoProc is one instance's processor on one queue.
 type demoProc struct {
 	instance string
-	p        *leasing.Processor
+	p        *processor.Processor
 	store    *demoStore
-	listener *leasing.Listener
+	listener *processor.Listener
 	ran      chan error // Run's result
 }
 
@@ -279,9 +280,9 @@ func (dq *demoQueue) deliver(ctx context.Context, instance string, id uuid.UUID)
 
 // handler returns instance's handler for the queue: a Handler on the
 // inbox, a Publisher to a stand-in broker on the outbox.
-func (dq *demoQueue) handler(instance string) leasing.Handler {
+func (dq *demoQueue) handler(instance string) processor.Handler {
 	if dq.queue == leasing.Outbox {
-		publish := leasing.Publisher(func(ctx context.Context, m leasing.Message) error {
+		publish := processor.Publisher(func(ctx context.Context, m leasing.Message) error {
 			return dq.deliver(ctx, instance, m.ID)
 		})
 		return publish.Handler()
@@ -350,7 +351,7 @@ func demoRun(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg demoCon
 	}
 	fmt.Fprintln(out)
 
-	gauges, err := leasing.RegisterQueueGauges(provider.Meter("leasectl-demo"), stores...)
+	gauges, err := processor.RegisterQueueGauges(provider.Meter("leasectl-demo"), stores...)
 	if err != nil {
 		return err
 	}
@@ -361,19 +362,19 @@ func demoRun(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg demoCon
 	// counters can be read per instance.
 	for _, dq := range queues {
 		for _, inst := range demoInstances {
-			l, err := leasing.NewListener(pool.Config().ConnConfig, dq.queue, leasing.ListenerOptions{OnError: reported.add})
+			l, err := processor.NewListener(pool.Config().ConnConfig, dq.queue, processor.ListenerOptions{OnError: reported.add})
 			if err != nil {
 				return err
 			}
 			store := &demoStore{Store: dq.store, renewedByMsg: map[uuid.UUID]int{}}
-			p, err := leasing.NewProcessor(store, dq.handler(inst), leasing.ProcessorOptions{
+			p, err := processor.New(store, dq.handler(inst), processor.Options{
 				Owner:             "demo-" + inst,
 				BatchSize:         cfg.Batch,
 				LeaseDuration:     demoLease,
 				HeartbeatInterval: demoHeartbeat,
 				Concurrency:       demoConcurrency,
 				PollInterval:      demoPoll,
-				Retry:             leasing.RetryPolicy{InitialDelay: demoRetryDelay},
+				RetryPolicy:       processor.RetryPolicy{InitialDelay: demoRetryDelay},
 				Meter:             provider.Meter("leasectl-demo/" + inst),
 				WorkSignal:        l,
 				OnError:           reported.add,
@@ -599,7 +600,7 @@ func (dq *demoQueue) report(ctx context.Context, out io.Writer, counters map[str
 	}
 	lost := int64(0)
 	for _, dp := range dq.procs {
-		lost += counters[dp.instance][leasing.MetricName(q, "processor.lease_lost")]
+		lost += counters[dp.instance][processor.MetricName(q, "processor.lease_lost")]
 	}
 
 	dq.mu.Lock()
@@ -735,9 +736,9 @@ func (dq *demoQueue) printCounters(out io.Writer, counters map[string]map[string
 	for _, short := range demoCounterNames {
 		name := "processor." + short
 		if short == "succeeded" {
-			name = leasing.SucceededCounter(q)
+			name = processor.SucceededCounter(q)
 		}
-		full := leasing.MetricName(q, name)
+		full := processor.MetricName(q, name)
 		row(full, func(dp *demoProc) int64 { return counters[dp.instance][full] })
 		total[short] = total[full]
 	}
@@ -791,7 +792,7 @@ func demoGauges(rm metricdata.ResourceMetrics, q leasing.Queue) leasing.Stats {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch m.Name {
-			case leasing.MetricName(q, "queue.depth"):
+			case processor.MetricName(q, "queue.depth"):
 				if g, ok := m.Data.(metricdata.Gauge[int64]); ok {
 					for _, dp := range g.DataPoints {
 						if s, ok := dp.Attributes.Value("status"); ok {
@@ -799,11 +800,11 @@ func demoGauges(rm metricdata.ResourceMetrics, q leasing.Queue) leasing.Stats {
 						}
 					}
 				}
-			case leasing.MetricName(q, "queue.expired_leases"):
+			case processor.MetricName(q, "queue.expired_leases"):
 				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && len(g.DataPoints) > 0 {
 					st.ExpiredLeases = g.DataPoints[0].Value
 				}
-			case leasing.MetricName(q, "queue.oldest_due_age"):
+			case processor.MetricName(q, "queue.oldest_due_age"):
 				if g, ok := m.Data.(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {
 					st.OldestDueAge = time.Duration(g.DataPoints[0].Value * float64(time.Second))
 				}

@@ -14,9 +14,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
-// runServe is "leasectl serve": the queue gauges of leasing.RegisterQueueGauges
+// runServe is "leasectl serve": the queue gauges of processor.RegisterQueueGauges
 // over the OpenTelemetry Prometheus exporter at /metrics until SIGINT or
 // SIGTERM. Each scrape reads Store.Stats, which counts the table's rows.
 func runServe(ctx context.Context, c *cli, args []string) error {
@@ -53,7 +54,7 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 	}
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	defer func() { _ = provider.Shutdown(context.Background()) }()
-	if _, err := leasing.RegisterQueueGauges(provider.Meter("github.com/leasestore/leasestore/cmd/leasectl"), stores...); err != nil {
+	if _, err := processor.RegisterQueueGauges(provider.Meter("github.com/leasestore/leasestore/cmd/leasectl"), stores...); err != nil {
 		return err
 	}
 

@@ -22,6 +22,7 @@ import (
 	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // Config says what to fill and how to drain it. Zero fields take their
@@ -62,9 +63,9 @@ type Config struct {
 	// Defaults to 5,000.
 	SampleEvery int
 	// Vacuum is the vacuum policy both drains run on the table from a
-	// connection of their own (leasing.Postgres.KeepVacuumed), as
+	// connection of their own (processor.KeepVacuumed), as
 	// processors do. Defaults to the processors' default: on.
-	Vacuum leasing.VacuumPolicy
+	Vacuum processor.VacuumPolicy
 	// TwoRoundTrips makes each leasing worker step a Complete call and then
 	// a Claim call, as the raw-SQL loop does, instead of one
 	// CompleteAndClaim call. Defaults to false.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // drainAPI drains the table through the leasing API with cfg.Workers
@@ -271,7 +272,7 @@ func sample(ctx context.Context, store *leasing.Postgres, pool *pgxpool.Pool, t 
 }
 
 // keepVacuumed runs the vacuum policy of cfg on the table during a drain,
-// as processors do (leasing.Postgres.KeepVacuumed), until stop is called;
+// as processors do (processor.KeepVacuumed), until stop is called;
 // stop returns the first error the policy reported.
 func keepVacuumed(ctx context.Context, cfg Config, pool *pgxpool.Pool) (stop func() error, err error) {
 	store, err := leasing.NewPostgres(pool, cfg.Queue, leasing.PostgresOptions{})
@@ -291,7 +292,7 @@ func keepVacuumed(ctx context.Context, cfg Config, pool *pgxpool.Pool) (stop fun
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- store.KeepVacuumed(ctx, cfg.Vacuum, onError) }()
+	go func() { done <- processor.KeepVacuumed(ctx, store, cfg.Vacuum, onError) }()
 	return func() error {
 		cancel()
 		err := <-done

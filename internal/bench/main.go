@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 // Main runs the bench command line args (flags only, without the command
@@ -66,7 +67,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.LeaseFor, "lease", 0, "lease duration of each claim (default 5m)")
 	fs.IntVar(&cfg.ExplainBatch, "explain-batch", 10, "batch size of the claims whose plan cost is measured")
 	fs.IntVar(&cfg.SampleEvery, "sample-every", 5_000, "messages between claim-cost samples during the drain; -1 for none")
-	fs.Int64Var(&cfg.Vacuum.DeadRows, "vacuum-dead-rows", leasing.DefaultVacuumDeadRows, "vacuum policy of both drains: VACUUM the table at this many dead rows, as processors do")
+	fs.Int64Var(&cfg.Vacuum.DeadRows, "vacuum-dead-rows", processor.DefaultVacuumDeadRows, "vacuum policy of both drains: VACUUM the table at this many dead rows, as processors do")
 	fs.BoolVar(&cfg.Vacuum.Disabled, "no-vacuum", false, "turn the vacuum policy off during the drains: autovacuum alone cleans up")
 	fs.BoolVar(&cfg.TwoRoundTrips, "two-round-trips", false, "claim and complete with separate calls instead of one CompleteAndClaim per batch")
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")

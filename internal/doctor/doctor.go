@@ -148,7 +148,7 @@ type QueueReport struct {
 	LastAutovacuum *time.Time `json:"last_autovacuum"`
 	LastVacuum     *time.Time `json:"last_vacuum"`
 	// MayVacuum says whether the role doctor connected as may VACUUM the
-	// table, which processors' vacuum policy needs (leasing.VacuumPolicy):
+	// table, which processors' vacuum policy needs (processor.VacuumPolicy):
 	// processors connecting as a role without it leave the table to
 	// autovacuum.
 	MayVacuum bool `json:"may_vacuum"`

@@ -676,6 +676,7 @@ func badInput(t *testing.T, b *bundle) {
 		"claim zero lease":      func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = 0 })) },
 		"claim negative lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = -time.Second })) },
 		"claim enormous lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = 1 << 62 })) },
+		"claim NUL in tenant":   func() error { return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = "t\x00" })) },
 		"renew no leases":       func() error { _, err := b.store.Renew(b.ctx, lease); return err },
 		"renew zero duration":   func() error { _, err := b.store.Renew(b.ctx, 0, held); return err },
 		"renew other queue":     func() error { _, err := b.store.Renew(b.ctx, lease, fromOther); return err },

@@ -1,4 +1,4 @@
-package leasing_test
+package processor_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 func TestRegisterQueueGauges(t *testing.T) {
@@ -26,7 +27,7 @@ func TestRegisterQueueGauges(t *testing.T) {
 		_, err := b.mem.Claim(context.Background(), leasing.ClaimRequest{Owner: "w", BatchSize: 1, LeaseFor: time.Second})
 		require.NoError(t, err)
 		b.clock.Advance(2 * time.Second) // the claimed lease expires
-		reg, err := leasing.RegisterQueueGauges(b.meter.Meter("test"), b.mem, out.mem)
+		reg, err := processor.RegisterQueueGauges(b.meter.Meter("test"), b.mem, out.mem)
 		require.NoError(t, err)
 
 		var rm metricdata.ResourceMetrics
@@ -61,10 +62,10 @@ func TestRegisterQueueGauges(t *testing.T) {
 		require.NoError(t, err)
 		meter := noop.NewMeterProvider().Meter("test")
 		for name, call := range map[string]func() error{
-			"NilMeter":   func() error { _, err := leasing.RegisterQueueGauges(nil, mem); return err },
-			"NoStores":   func() error { _, err := leasing.RegisterQueueGauges(meter); return err },
-			"NilStore":   func() error { _, err := leasing.RegisterQueueGauges(meter, nil); return err },
-			"QueueTwice": func() error { _, err := leasing.RegisterQueueGauges(meter, mem, other); return err },
+			"NilMeter":   func() error { _, err := processor.RegisterQueueGauges(nil, mem); return err },
+			"NoStores":   func() error { _, err := processor.RegisterQueueGauges(meter); return err },
+			"NilStore":   func() error { _, err := processor.RegisterQueueGauges(meter, nil); return err },
+			"QueueTwice": func() error { _, err := processor.RegisterQueueGauges(meter, mem, other); return err },
 		} {
 			require.ErrorIs(t, call(), leasing.ErrInvalidArgument, name)
 		}
@@ -73,9 +74,7 @@ func TestRegisterQueueGauges(t *testing.T) {
 
 func TestMetricNames(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "litebus.inbox.processor.lease_lost", leasing.MetricName(leasing.Inbox, "processor.lease_lost"))
-	require.Equal(t, "processor.succeeded", leasing.SucceededCounter(leasing.Inbox))
-	require.Equal(t, "processor.published", leasing.SucceededCounter(leasing.Outbox))
-	require.Equal(t, "inbox_messages", leasing.Inbox.Channel())
-	require.Equal(t, "outbox_messages", leasing.Outbox.Channel())
+	require.Equal(t, "litebus.inbox.processor.lease_lost", processor.MetricName(leasing.Inbox, "processor.lease_lost"))
+	require.Equal(t, "processor.succeeded", processor.SucceededCounter(leasing.Inbox))
+	require.Equal(t, "processor.published", processor.SucceededCounter(leasing.Outbox))
 }

@@ -1,4 +1,4 @@
-package leasing_test
+package processor_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 func TestRetryPolicy(t *testing.T) {
@@ -14,7 +14,7 @@ func TestRetryPolicy(t *testing.T) {
 
 	t.Run("Backoff/ExponentialThenCapped", func(t *testing.T) {
 		t.Parallel()
-		p := leasing.RetryPolicy{} // 1s doubling, capped at 5m
+		p := processor.RetryPolicy{} // 1s doubling, capped at 5m
 		want := []time.Duration{
 			time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
 			32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute,
@@ -28,7 +28,7 @@ func TestRetryPolicy(t *testing.T) {
 
 	t.Run("Backoff/Multiplier", func(t *testing.T) {
 		t.Parallel()
-		p := leasing.RetryPolicy{InitialDelay: 100 * time.Millisecond, Multiplier: 1.5, MaxDelay: time.Second}
+		p := processor.RetryPolicy{InitialDelay: 100 * time.Millisecond, Multiplier: 1.5, MaxDelay: time.Second}
 		require.Equal(t, 100*time.Millisecond, p.Backoff(1))
 		require.Equal(t, 150*time.Millisecond, p.Backoff(2))
 		require.Equal(t, 225*time.Millisecond, p.Backoff(3))
@@ -37,7 +37,7 @@ func TestRetryPolicy(t *testing.T) {
 
 	t.Run("Backoff/FixedWithMultiplierOne", func(t *testing.T) {
 		t.Parallel()
-		p := leasing.RetryPolicy{InitialDelay: 7 * time.Second, Multiplier: 1}
+		p := processor.RetryPolicy{InitialDelay: 7 * time.Second, Multiplier: 1}
 		for attempt := 1; attempt < 20; attempt++ {
 			require.Equal(t, 7*time.Second, p.Backoff(attempt))
 		}
@@ -45,9 +45,9 @@ func TestRetryPolicy(t *testing.T) {
 
 	t.Run("Backoff/JitterShortensWithinBounds", func(t *testing.T) {
 		t.Parallel()
-		p := leasing.RetryPolicy{InitialDelay: time.Second, MaxDelay: 10 * time.Second, Jitter: 0.25}
+		p := processor.RetryPolicy{InitialDelay: time.Second, MaxDelay: 10 * time.Second, Jitter: 0.25}
 		for _, attempt := range []int{1, 3, 10} {
-			full := leasing.RetryPolicy{InitialDelay: time.Second, MaxDelay: 10 * time.Second}.Backoff(attempt)
+			full := processor.RetryPolicy{InitialDelay: time.Second, MaxDelay: 10 * time.Second}.Backoff(attempt)
 			low := full - full/4
 			seen := map[time.Duration]bool{}
 			for range 1000 {
@@ -62,11 +62,11 @@ func TestRetryPolicy(t *testing.T) {
 
 	t.Run("DeadLetters", func(t *testing.T) {
 		t.Parallel()
-		p := leasing.RetryPolicy{MaxAttempts: 3}
+		p := processor.RetryPolicy{MaxAttempts: 3}
 		require.False(t, p.DeadLetters(2))
 		require.True(t, p.DeadLetters(3))
 		require.True(t, p.DeadLetters(4))
-		require.True(t, leasing.RetryPolicy{}.DeadLetters(5), "default 5 attempts")
-		require.False(t, leasing.RetryPolicy{}.DeadLetters(4))
+		require.True(t, processor.RetryPolicy{}.DeadLetters(5), "default 5 attempts")
+		require.False(t, processor.RetryPolicy{}.DeadLetters(4))
 	})
 }

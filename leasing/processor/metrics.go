@@ -1,4 +1,4 @@
-package leasing
+package processor
 
 import (
 	"context"
@@ -8,31 +8,33 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/leasestore/leasestore/leasing"
 )
 
-// instrumentationScope is the meter name NewProcessor uses when it makes its
-// own no-op meter; callers pass their meter in ProcessorOptions.Meter.
-const instrumentationScope = "github.com/leasestore/leasestore/leasing"
+// instrumentationScope is the meter name New uses when it makes its own
+// no-op meter; callers pass their meter in Options.Meter.
+const instrumentationScope = "github.com/leasestore/leasestore/leasing/processor"
 
 // MetricName returns the name of a queue's instrument: "litebus.<queue>.<name>",
-// e.g. MetricName(Inbox, "processor.lease_lost") is
+// e.g. MetricName(leasing.Inbox, "processor.lease_lost") is
 // "litebus.inbox.processor.lease_lost".
-func MetricName(q Queue, name string) string {
+func MetricName(q leasing.Queue, name string) string {
 	return "litebus." + string(q) + "." + name
 }
 
 // SucceededCounter returns the processor counter name for successful
 // outcomes on q: "succeeded" on the inbox, "published" on the outbox.
-func SucceededCounter(q Queue) string {
-	if q == Outbox {
+func SucceededCounter(q leasing.Queue) string {
+	if q == leasing.Outbox {
 		return "processor.published"
 	}
 	return "processor.succeeded"
 }
 
-// processorMetrics are a processor's counters, all Int64Counter with unit
+// metrics are a processor's counters, all Int64Counter with unit
 // {message}, named litebus.<queue>.processor.<name>.
-type processorMetrics struct {
+type metrics struct {
 	acquired     metric.Int64Counter // leases_acquired: leases a claim returned
 	lost         metric.Int64Counter // lease_lost: leases a renew (or claim) found lost
 	succeeded    metric.Int64Counter // succeeded / published: success outcome written
@@ -42,7 +44,9 @@ type processorMetrics struct {
 	rejected     metric.Int64Counter // persist_rejected: the fence refused the write
 }
 
-func newProcessorMetrics(meter metric.Meter, q Queue) (*processorMetrics, error) {
+// newMetrics makes the counters of a processor of queue q on meter; nil
+// makes no-op counters.
+func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter(instrumentationScope)
 	}
@@ -52,7 +56,7 @@ func newProcessorMetrics(meter metric.Meter, q Queue) (*processorMetrics, error)
 		errs = append(errs, err)
 		return c
 	}
-	m := &processorMetrics{
+	m := &metrics{
 		acquired:     counter("processor.leases_acquired", "Leases taken by claims."),
 		lost:         counter("processor.lease_lost", "Leases found lost by a renew; their handler was cancelled."),
 		succeeded:    counter(SucceededCounter(q), "Messages whose success state was written."),
@@ -62,13 +66,21 @@ func newProcessorMetrics(meter metric.Meter, q Queue) (*processorMetrics, error)
 		rejected:     counter("processor.persist_rejected", "Outcome writes the lease fence refused (lost, terminal or not found)."),
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("leasing: processor metrics: %w", err)
+		return nil, fmt.Errorf("processor: metrics: %w", err)
 	}
 	return m, nil
 }
 
+// count adds n to counter c.
+func count(c metric.Int64Counter, n int) {
+	if n > 0 {
+		c.Add(context.Background(), int64(n))
+	}
+}
+
 // RegisterQueueGauges registers observable gauges for each store's queue on
-// meter and feeds them from Store.Stats, once per store on every collection:
+// meter and feeds them from leasing.Store.Stats, once per store on every
+// collection:
 //
 //   - litebus.<queue>.queue.depth, Int64ObservableGauge, unit {message}: rows
 //     per status, attribute "status" (every status of the queue, 0 included);
@@ -80,13 +92,13 @@ func newProcessorMetrics(meter metric.Meter, q Queue) (*processorMetrics, error)
 //
 // Values are read at the store's clock. A Stats error leaves that store's
 // gauges unobserved for the collection and is returned from the callback
-// (the SDK hands it to its error handler). Postgres.Stats scans the table,
-// so collect every few seconds at most. Unregister the returned
+// (the SDK hands it to its error handler). leasing.Postgres.Stats scans the
+// table, so collect every few seconds at most. Unregister the returned
 // Registration to stop observing.
 //
-// Errors: an *ArgumentError for a nil meter, no stores, a nil store or two
-// stores of one queue; else the meter's instrument errors.
-func RegisterQueueGauges(meter metric.Meter, stores ...Store) (metric.Registration, error) {
+// Errors: a *leasing.ArgumentError for a nil meter, no stores, a nil store
+// or two stores of one queue; else the meter's instrument errors.
+func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Registration, error) {
 	if meter == nil {
 		return nil, argumentError("meter", "must not be nil")
 	}
@@ -94,7 +106,7 @@ func RegisterQueueGauges(meter metric.Meter, stores ...Store) (metric.Registrati
 		return nil, argumentError("stores", "must hold at least one store")
 	}
 	type gauges struct {
-		store   Store
+		store   leasing.Store
 		depth   metric.Int64ObservableGauge
 		expired metric.Int64ObservableGauge
 		oldest  metric.Float64ObservableGauge
@@ -103,7 +115,7 @@ func RegisterQueueGauges(meter metric.Meter, stores ...Store) (metric.Registrati
 		all         []gauges
 		instruments []metric.Observable
 		errs        []error
-		seen        = map[Queue]bool{}
+		seen        = map[leasing.Queue]bool{}
 	)
 	for _, s := range stores {
 		if s == nil {
@@ -129,7 +141,7 @@ func RegisterQueueGauges(meter metric.Meter, stores ...Store) (metric.Registrati
 		instruments = append(instruments, g.depth, g.expired, g.oldest)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("leasing: queue gauges: %w", err)
+		return nil, fmt.Errorf("processor: queue gauges: %w", err)
 	}
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		var errs []error
@@ -148,7 +160,7 @@ func RegisterQueueGauges(meter metric.Meter, stores ...Store) (metric.Registrati
 		return errors.Join(errs...)
 	}, instruments...)
 	if err != nil {
-		return nil, fmt.Errorf("leasing: queue gauges: %w", err)
+		return nil, fmt.Errorf("processor: queue gauges: %w", err)
 	}
 	return reg, nil
 }

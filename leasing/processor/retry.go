@@ -1,9 +1,11 @@
-package leasing
+package processor
 
 import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // RetryPolicy decides what a Processor writes after a handler error: failed
@@ -54,15 +56,22 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// validate checks a policy after withDefaults.
+// validate checks a policy after withDefaults; its delays by the rule of
+// every retry delay (leasing.ValidateDelay).
 func (p RetryPolicy) validate() error {
-	switch {
-	case p.MaxAttempts < 1 || p.MaxAttempts > math.MaxInt32:
+	if p.MaxAttempts < 1 || p.MaxAttempts > math.MaxInt32 {
 		return argumentError("retry max attempts", "must be 1..%d, got %d", math.MaxInt32, p.MaxAttempts)
-	case p.InitialDelay < 0 || p.InitialDelay > MaxDelay:
-		return argumentError("retry initial delay", "must be 0..%s, got %s", MaxDelay, p.InitialDelay)
-	case p.MaxDelay < p.InitialDelay || p.MaxDelay > MaxDelay:
-		return argumentError("retry max delay", "must be %s..%s, got %s", p.InitialDelay, MaxDelay, p.MaxDelay)
+	}
+	if err := leasing.ValidateDelay("retry initial delay", p.InitialDelay); err != nil {
+		return err
+	}
+	if p.MaxDelay < p.InitialDelay {
+		return argumentError("retry max delay", "must be at least the initial delay %s, got %s", p.InitialDelay, p.MaxDelay)
+	}
+	if err := leasing.ValidateDelay("retry max delay", p.MaxDelay); err != nil {
+		return err
+	}
+	switch {
 	case !(p.Multiplier >= 1) || math.IsInf(p.Multiplier, 0):
 		return argumentError("retry multiplier", "must be a finite number >= 1, got %v", p.Multiplier)
 	case !(p.Jitter >= 0 && p.Jitter <= 1):
@@ -75,7 +84,7 @@ func (p RetryPolicy) validate() error {
 // failed: min(MaxDelay, InitialDelay·Multiplier^(attempt-1)), shortened at
 // random by up to Jitter of itself. Zero fields take their defaults; an
 // attempt below 1 counts as 1. The delay is counted on the store's clock
-// from the moment the failure is written (Failure.RetryAfter).
+// from the moment the failure is written (leasing.Failure.RetryAfter).
 func (p RetryPolicy) Backoff(attempt int) time.Duration {
 	p = p.withDefaults()
 	return p.backoff(attempt, rand.Float64())

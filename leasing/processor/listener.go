@@ -1,4 +1,4 @@
-package leasing
+package processor
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // Listener defaults, used for zero ListenerOptions fields.
@@ -19,10 +21,18 @@ const (
 // listenerCloseTimeout bounds closing a listener connection.
 const listenerCloseTimeout = 5 * time.Second
 
-// Channel returns the NOTIFY channel of queue q: its table name,
-// "inbox_messages" or "outbox_messages". The trigger of migration 00003
-// notifies it, without payload, once per statement that inserts rows.
-func (q Queue) Channel() string { return q.Table() }
+// WorkSignal wakes a Processor before its poll interval ends, e.g. a
+// Listener on the queue's NOTIFY channel. Wake returns the same channel on
+// every call; a receive on it makes the processor claim at once.
+type WorkSignal interface {
+	Wake() <-chan struct{}
+}
+
+// WakeChan adapts a channel to WorkSignal: each receive wakes the processor.
+type WakeChan <-chan struct{}
+
+// Wake returns c.
+func (c WakeChan) Wake() <-chan struct{} { return c }
 
 // ListenerOptions configures a Listener. The zero value of each field
 // takes its documented default.
@@ -59,15 +69,16 @@ type Listener struct {
 var _ WorkSignal = (*Listener)(nil)
 
 // NewListener returns a listener for queue q that connects with a copy of
-// config (e.g. pool.Config().ConnConfig). Call Run to start it.
+// config (e.g. pool.Config().ConnConfig) and LISTENs on q.Channel(). Call
+// Run to start it.
 //
-// Errors: an *ArgumentError for a nil config, an unknown queue or bad
-// options.
-func NewListener(config *pgx.ConnConfig, q Queue, opts ListenerOptions) (*Listener, error) {
+// Errors: a *leasing.ArgumentError for a nil config, an unknown queue or
+// bad options.
+func NewListener(config *pgx.ConnConfig, q leasing.Queue, opts ListenerOptions) (*Listener, error) {
 	if config == nil {
 		return nil, argumentError("connection config", "must not be nil")
 	}
-	if _, err := ParseQueue(string(q)); err != nil {
+	if _, err := leasing.ParseQueue(string(q)); err != nil {
 		return nil, err
 	}
 	if opts.MinBackoff == 0 {
@@ -101,7 +112,7 @@ func (l *Listener) BackendPID() uint32 { return l.pid.Load() }
 // Errors: an error at once when Run is already running on l.
 func (l *Listener) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
-		return errors.New("leasing: listener already running")
+		return errors.New("processor: listener already running")
 	}
 	defer l.running.Store(false)
 	backoff := l.opts.MinBackoff
@@ -111,14 +122,10 @@ func (l *Listener) Run(ctx context.Context) error {
 			return nil
 		}
 		if l.opts.OnError != nil {
-			l.opts.OnError(fmt.Errorf("leasing: listen on %s: %w", l.channel, err))
+			l.opts.OnError(fmt.Errorf("processor: listen on %s: %w", l.channel, err))
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, backoff) {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(backoff*2, l.opts.MaxBackoff)
 	}

@@ -1,0 +1,274 @@
+package processor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// leaseState is where a held lease is in its lifecycle.
+type leaseState int
+
+const (
+	stateWaiting leaseState = iota // claimed, waiting for a worker slot
+	stateRunning                   // its handler runs
+	stateWriting                   // its outcome (or release) is being written
+)
+
+// heldLease is one lease a processor holds. Its lease, deadline, state and
+// lost fields belong to the book that tracks it: only book methods read or
+// write them, under book.mu. ctx and cancel are set once, by track.
+type heldLease struct {
+	lease    leasing.Lease
+	deadline time.Time // local: the lease may have expired from then on
+	state    leaseState
+	lost     bool
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+}
+
+// book is the set of leases one Run holds, from claim until the outcome is
+// written or the lease is lost, and of the leases it gave up recently. The
+// claim loop, the workers, the heartbeat and the writer change it through
+// its methods; mu is its own.
+type book struct {
+	leaseFor time.Duration
+	metrics  *metrics // counts lease_lost and persist_skipped
+
+	mu sync.Mutex
+	// held maps each message id to the live lease held on it.
+	held map[uuid.UUID]*heldLease
+	// lostAt holds when each lease lost in the last leaseFor was given up:
+	// an orphan sweep must not release those rows, whose attempt ran.
+	lostAt map[uuid.UUID]time.Time
+}
+
+func newBook(leaseFor time.Duration, m *metrics) *book {
+	return &book{leaseFor: leaseFor, metrics: m, held: make(map[uuid.UUID]*heldLease), lostAt: make(map[uuid.UUID]time.Time)}
+}
+
+// track starts holding leases claimed with a call sent at sent; their
+// handler contexts carry base's values. A lease still held on one of these
+// messages under an older generation has evidently expired and been
+// reclaimed: it is lost.
+func (b *book) track(base context.Context, leases []leasing.Lease, sent time.Time) []*heldLease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*heldLease, len(leases))
+	for i, l := range leases {
+		if old := b.held[l.Message.ID]; old != nil && old.state != stateWriting {
+			b.markLost(old)
+		}
+		ctx, cancel := context.WithCancelCause(base)
+		h := &heldLease{lease: l, deadline: sent.Add(b.leaseFor), ctx: ctx, cancel: cancel}
+		b.held[l.Message.ID] = h
+		out[i] = h
+	}
+	return out
+}
+
+// known returns the ids of the messages held and of those given up in the
+// last leaseFor: the rows an orphan sweep must leave alone.
+func (b *book) known() []uuid.UUID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pruneLost()
+	ids := make([]uuid.UUID, 0, len(b.held)+len(b.lostAt))
+	for id := range b.held {
+		ids = append(ids, id)
+	}
+	for id := range b.lostAt {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// advance moves h on to state (stateRunning or stateWriting) and returns
+// its lease, or reports false when h was lost meanwhile (counted
+// persist_skipped): lost while it waited, or while its handler ran.
+func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h.lost {
+		count(b.metrics.skipped, 1)
+		return leasing.Lease{}, false
+	}
+	h.state = state
+	return h.lease, true
+}
+
+// stopWaiting cancels the leases of waiting, whose handlers have not
+// started, with cause ErrShutdown, and returns their releases. Those lost
+// meanwhile are counted persist_skipped instead.
+func (b *book) stopWaiting(waiting []*heldLease) []pendingWrite {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var release []pendingWrite
+	for _, h := range waiting {
+		if h.lost {
+			count(b.metrics.skipped, 1)
+			continue
+		}
+		h.state = stateWriting
+		h.cancel(ErrShutdown)
+		release = append(release, pendingWrite{h: h, kind: writeRelease, failure: leasing.Failure{Lease: h.lease}})
+	}
+	return release
+}
+
+// cancelRunning cancels the context of every lease whose handler runs,
+// with cause.
+func (b *book) cancelRunning(cause error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.held {
+		if h.state == stateRunning {
+			h.cancel(cause)
+		}
+	}
+}
+
+// untrack stops holding the leases of g once their outcomes are written or
+// given up; gaveUp says the write was given up, so that orphan sweeps
+// leave those rows alone: their handlers ran.
+func (b *book) untrack(g []pendingWrite, gaveUp bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, pw := range g {
+		id := pw.h.lease.Message.ID
+		if b.held[id] == pw.h {
+			delete(b.held, id)
+		}
+		if gaveUp {
+			b.rememberLost(id)
+		}
+	}
+}
+
+// markLost gives up h: its handler is cancelled and it is no longer
+// renewed. The caller holds b.mu and has checked h.state != stateWriting.
+func (b *book) markLost(h *heldLease) {
+	if h.lost {
+		return
+	}
+	h.lost = true
+	h.cancel(leasing.ErrLeaseLost)
+	b.rememberLost(h.lease.Message.ID)
+	if b.held[h.lease.Message.ID] == h {
+		delete(b.held, h.lease.Message.ID)
+	}
+	count(b.metrics.lost, 1)
+}
+
+// rememberLost records that the lease on id was given up, so that orphan
+// sweeps leave its row alone for one leaseFor. The caller holds b.mu.
+func (b *book) rememberLost(id uuid.UUID) {
+	b.lostAt[id] = time.Now()
+	if len(b.lostAt) > 1024 {
+		b.pruneLost()
+	}
+}
+
+// pruneLost forgets leases given up more than leaseFor ago: they have
+// expired, and the rows may be reclaimed by anyone. The caller holds b.mu.
+func (b *book) pruneLost() {
+	for id, at := range b.lostAt {
+		if time.Since(at) > b.leaseFor {
+			delete(b.lostAt, id)
+		}
+	}
+}
+
+// renewable returns the leases to renew at now and the soonest local
+// deadline among them. Leases past their local deadline are lost without
+// asking the store.
+func (b *book) renewable(now time.Time) (leases []leasing.Lease, deadline time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.held {
+		if !h.deadline.After(now) {
+			if h.state != stateWriting {
+				b.markLost(h)
+			}
+			continue
+		}
+		leases = append(leases, h.lease)
+		if deadline.IsZero() || h.deadline.Before(deadline) {
+			deadline = h.deadline
+		}
+	}
+	return leases, deadline
+}
+
+// applyRenew records a Renew result for batch, sent at sent.
+func (b *book) applyRenew(batch []leasing.Lease, res leasing.RenewResult, sent time.Time) {
+	generation := make(map[uuid.UUID]int64, len(batch))
+	for _, l := range batch {
+		generation[l.Message.ID] = l.Generation
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range res.Renewed {
+		if h := b.held[l.Message.ID]; h != nil && h.lease.Generation == l.Generation {
+			h.lease.ExpiresAt = l.ExpiresAt
+			h.deadline = sent.Add(b.leaseFor)
+		}
+	}
+	for _, id := range res.Lost {
+		// A lease whose outcome is being written may have been finished
+		// by that write before this renew ran: the write's result decides.
+		if h := b.held[id]; h != nil && h.lease.Generation == generation[id] && h.state != stateWriting {
+			b.markLost(h)
+		}
+	}
+}
+
+// heartbeat renews the leases of a book every HeartbeatInterval.
+type heartbeat struct {
+	p    *Processor
+	book *book
+}
+
+// run renews until ctx ends.
+func (hb heartbeat) run(ctx context.Context) {
+	t := time.NewTicker(hb.p.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			hb.renew(ctx)
+		}
+	}
+}
+
+// renew renews every held lease with one Renew call (one per
+// leasing.MaxBatchSize leases) whose deadline is the soonest local lease
+// deadline.
+func (hb heartbeat) renew(ctx context.Context) {
+	p := hb.p
+	leases, deadline := hb.book.renewable(time.Now())
+	if len(leases) == 0 {
+		return
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for len(leases) > 0 {
+		batch := leases[:min(len(leases), leasing.MaxBatchSize)]
+		leases = leases[len(batch):]
+		sent := time.Now()
+		res, err := p.store.Renew(rctx, p.opts.LeaseDuration, batch...)
+		if err != nil {
+			if ctx.Err() == nil { // not the heartbeat stopping
+				p.report(p.errorf("renew", err))
+			}
+			continue
+		}
+		hb.book.applyRenew(batch, res, sent)
+	}
+}

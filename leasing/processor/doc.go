@@ -1,0 +1,78 @@
+// Package processor is the runtime over a lease store: a [Processor] claims
+// due messages of one queue, runs a [Handler] on each in a bounded number of
+// worker slots, renews the leases while it holds them, and writes each
+// outcome under the lease's fence. One implementation serves the inbox (a
+// handler) and the outbox ([Publisher.Handler]).
+//
+// The store is any [Store]: the handful of leasing.Store methods the
+// processor calls, which *leasing.Postgres and *leasing.Memory implement. A
+// store that is also a [Vacuumer] (*leasing.Postgres) has its table vacuumed
+// by the processor's [VacuumPolicy]. A [Listener] wakes a processor on the
+// queue's NOTIFY channel; [RegisterQueueGauges] exports queue depth.
+//
+// # Lifecycle of a claimed message
+//
+//   - Claim: a batch of up to BatchSize is claimed whenever fewer than
+//     Concurrency leases are held, at once after a full batch, else after
+//     PollInterval or a WorkSignal wake. At most Concurrency+BatchSize-1
+//     leases are held; those beyond the free slots wait, FIFO. A claim call
+//     is given LeaseDuration to return; after a failed one the processor
+//     waits PollInterval, and for one LeaseDuration precedes each claim
+//     with a ReleaseOrphans sweep: a failed claim may have committed
+//     leases it never saw, which the sweep releases with their attempt
+//     returned.
+//   - Heartbeat: from its claim until its outcome is written, every lease
+//     (waiting, running or being written) is renewed each HeartbeatInterval,
+//     all of them with one Renew call whose deadline is the soonest moment
+//     a lease may expire. A lease the store reports lost, that could not be
+//     renewed within LeaseDuration of the last claim or renew that extended
+//     it, or whose message this processor claims again under a newer
+//     generation, is lost: its handler's context is cancelled with cause
+//     leasing.ErrLeaseLost, lease_lost is counted, and its outcome is not
+//     written (persist_skipped). The row then belongs to whoever reclaimed
+//     it, or expires and is reclaimed: it stays retryable.
+//   - Outcome: nil from the handler writes completed (inbox) or published
+//     (outbox); an error or panic writes failed, due again after
+//     RetryPolicy.Backoff(attempt) on the store's clock, with the error
+//     text, or dead_lettered when the attempt is RetryPolicy.MaxAttempts or
+//     later. A message claimed past MaxAttempts (its earlier attempts ended
+//     without an outcome: the worker crashed) is dead-lettered with
+//     [ErrAttemptsExhausted] without running the handler again. A retry
+//     delay shorter than the time to the next poll brings that claim
+//     forward. One writer writes outcomes, batching whatever is ready (one
+//     call per kind of outcome); a write failing with a driver error is
+//     tried up to 5 times in all, with backoff (a repeated write that had
+//     committed reports already_applied), then given up: the lease is no
+//     longer renewed, so the row expires and is reclaimed. A write the
+//     fence refuses counts persist_rejected. When Concurrency+1 outcomes
+//     already wait for the writer, a worker queues its own and keeps its
+//     slot until the writer has taken it, so a store slow to write stops
+//     the claims.
+//   - Shutdown (context cancelled or Stop): claiming stops; leases whose
+//     handler has not started are released at once (Release: due again at
+//     once, attempt returned); running handlers get ShutdownGrace, then
+//     their contexts are cancelled with cause [ErrShutdown]. A handler that
+//     returns an error after that cancel is written as failed with no retry
+//     delay and ErrShutdown's text: the attempt counts, but a shutdown never
+//     dead-letters, the next attempt decides. One that returns nil is
+//     written as succeeded.
+//   - Vacuum: on a [Vacuumer] store the processor runs [KeepVacuumed] with
+//     its Vacuum policy while it runs: VACUUM of the queue's table once
+//     enough rows died, so that claims do not read ever more dead index
+//     entries between two autovacuum visits.
+//
+// # Clocks
+//
+// Lease expiry and visibility are the store's clock (the database's for
+// *leasing.Postgres). The processor uses its own monotonic clock only for
+// its timers and to bound each lease locally at LeaseDuration from the
+// moment it sent the claim or renew that set the expiry, which is never
+// later than the store's expiry.
+//
+// # Counters
+//
+// Counters on Options.Meter (Int64Counter, unit {message}), named
+// litebus.<queue>.processor.<name> ([MetricName]): leases_acquired,
+// lease_lost, succeeded (inbox) or published (outbox; [SucceededCounter]),
+// failed, dead_lettered, persist_skipped, persist_rejected.
+package processor

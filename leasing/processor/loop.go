@@ -1,0 +1,247 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// run is the state of one Run call: the claim loop, which claims batches
+// and dispatches their leases to workers. Its loop goroutine alone touches
+// waiting, running and sweepUntil; workers count themselves in finished and
+// signal freed, and the writer calls claimEarly. The leases themselves are
+// in the book, under its lock.
+type run struct {
+	p        *Processor
+	base     context.Context // Run's values, never cancelled
+	book     *book
+	w        *writer
+	waiting  []*heldLease   // claimed, in claim order, not started
+	running  int            // workers started and not yet taken from finished
+	finished atomic.Int64   // workers finished since the loop last looked
+	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
+	wg       sync.WaitGroup // workers
+
+	// sweepUntil is set after a failed claim: until then, each claim is
+	// preceded by a ReleaseOrphans sweep, since the failed claim may have
+	// committed leases this processor never saw.
+	sweepUntil time.Time
+
+	earlyClaim   chan struct{} // capacity 1: a failed message is due again within earlyClaimIn
+	earlyClaimMu sync.Mutex    // guards earlyClaimIn
+	earlyClaimIn time.Duration // soonest retry delay written since the loop last looked; 0 for none
+}
+
+func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
+	return &run{p: p, base: base, book: book, w: w, freed: make(chan struct{}, 1), earlyClaim: make(chan struct{}, 1)}
+}
+
+// claimEarly tells the loop that a message was written as failed with
+// retry delay d, so that it claims then rather than at the next poll when
+// that is sooner. d is on the store's clock; the loop treats it as a hint.
+func (r *run) claimEarly(d time.Duration) {
+	r.earlyClaimMu.Lock()
+	if r.earlyClaimIn == 0 || d < r.earlyClaimIn {
+		r.earlyClaimIn = max(d, time.Nanosecond)
+	}
+	r.earlyClaimMu.Unlock()
+	select {
+	case r.earlyClaim <- struct{}{}:
+	default:
+	}
+}
+
+// loop claims and dispatches until shutdown is requested.
+func (r *run) loop(ctx context.Context) {
+	p := r.p
+	var wake <-chan struct{}
+	if p.opts.WorkSignal != nil {
+		wake = p.opts.WorkSignal.Wake()
+	}
+	poll := time.NewTimer(p.opts.PollInterval)
+	defer poll.Stop()
+	pollAt := time.Now().Add(p.opts.PollInterval)
+	due := true // whether due messages may be waiting: claim when a slot frees
+	for {
+		r.dispatch()
+		if ctx.Err() != nil {
+			p.requestStop()
+		}
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		if due && r.running+len(r.waiting) < p.opts.Concurrency {
+			due = r.claim()
+			poll.Reset(p.opts.PollInterval)
+			pollAt = time.Now().Add(p.opts.PollInterval)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			p.requestStop()
+			return
+		case <-p.stop:
+			return
+		case <-poll.C:
+			due = true
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // a closed signal must not spin the loop
+			}
+			due = true
+		case <-r.freed:
+			r.running -= int(r.finished.Swap(0))
+		case <-r.earlyClaim:
+			r.earlyClaimMu.Lock()
+			d := r.earlyClaimIn
+			r.earlyClaimIn = 0
+			r.earlyClaimMu.Unlock()
+			if at := time.Now().Add(d); at.Before(pollAt) {
+				poll.Reset(d)
+				pollAt = at
+			}
+		}
+	}
+}
+
+// claim takes one batch and queues it for dispatch. It reports whether the
+// batch was full, so that more messages may be due.
+func (r *run) claim() bool {
+	p := r.p
+	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
+	defer cancel()
+	sent := time.Now()
+	leases, err := p.store.Claim(ctx, p.claimRequest)
+	if err != nil {
+		p.report(p.errorf("claim", err))
+		// The claim may have committed before its reply was lost; its
+		// leases would then count an attempt nobody ran. Past one lease
+		// duration they have expired and been reclaimed anyway.
+		r.sweepUntil = sent.Add(p.opts.LeaseDuration)
+		return false
+	}
+	count(p.metrics.acquired, len(leases))
+	r.waiting = append(r.waiting, r.book.track(r.base, leases, sent)...)
+	return len(leases) == p.opts.BatchSize
+}
+
+// sweepOrphans releases the rows leased to this processor's owner that it
+// neither holds nor lost recently, returning their attempts. It runs on the
+// loop goroutine between claims, so no claim of this processor is in flight.
+// Sweeps go on until sweepUntil, as the failed claim may commit on the server
+// after the first sweep. It reports whether the sweep succeeded.
+func (r *run) sweepOrphans() bool {
+	p := r.p
+	known := r.book.known()
+	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
+	defer cancel()
+	if _, err := p.store.ReleaseOrphans(ctx, p.claimRequest.Owner, known); err != nil {
+		p.report(p.errorf("release orphans", err))
+		return false
+	}
+	return true
+}
+
+// dispatch starts workers for waiting leases while slots are free.
+func (r *run) dispatch() {
+	for r.running < r.p.opts.Concurrency && len(r.waiting) > 0 {
+		h := r.waiting[0]
+		r.waiting[0] = nil
+		r.waiting = r.waiting[1:]
+		lease, ok := r.book.advance(h, stateRunning)
+		if !ok {
+			continue
+		}
+		r.running++
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.finish(h, r.handle(h.ctx, lease))
+			// One wake-up for all the workers that finish before the loop
+			// looks, not one per worker.
+			r.finished.Add(1)
+			select {
+			case r.freed <- struct{}{}:
+			default:
+			}
+		}()
+	}
+}
+
+// handle runs the handler on a worker, turning a panic into an error.
+func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
+	policy := r.p.opts.RetryPolicy
+	if policy.DeadLetters(lease.Attempt - 1) {
+		// Earlier attempts ended without an outcome (a worker crashed or
+		// hung): do not run it again, dead-letter it.
+		return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, policy.MaxAttempts)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return r.p.handler(ctx, lease)
+}
+
+// finish hands the outcome of h's handler, err, to the writer, unless h
+// was lost.
+func (r *run) finish(h *heldLease, err error) {
+	lease, ok := r.book.advance(h, stateWriting)
+	if !ok {
+		return
+	}
+	policy := r.p.opts.RetryPolicy
+	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}
+	if err != nil {
+		pw.failure.Error = err.Error()
+		switch {
+		case errors.Is(context.Cause(h.ctx), ErrShutdown):
+			pw.kind = writeFail
+			pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
+		case policy.DeadLetters(lease.Attempt):
+			pw.kind = writeDeadLetter
+		default:
+			pw.kind = writeFail
+			pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
+		}
+	}
+	h.cancel(context.Canceled)
+	r.w.submit(pw)
+}
+
+// shutdown releases the waiting leases, lets running handlers finish within
+// ShutdownGrace, cancels the rest, and waits for every write.
+func (r *run) shutdown() {
+	release := r.book.stopWaiting(r.waiting)
+	r.waiting = nil
+	if len(release) > 0 {
+		r.w.submit(release...)
+	}
+
+	finished := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(finished)
+	}()
+	grace := time.NewTimer(r.p.opts.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-finished:
+	case <-grace.C:
+		r.book.cancelRunning(ErrShutdown)
+		<-finished
+	}
+	r.w.close()
+}

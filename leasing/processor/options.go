@@ -1,0 +1,138 @@
+package processor
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Processor defaults, used for zero Options fields.
+const (
+	DefaultBatchSize     = 10
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultConcurrency   = 4
+	DefaultPollInterval  = time.Second
+	DefaultShutdownGrace = 10 * time.Second
+)
+
+// MaxConcurrency is the most worker slots a Processor takes.
+const MaxConcurrency = 10_000
+
+// Options configures a Processor. The zero value of each field takes its
+// documented default; negative values are rejected.
+type Options struct {
+	// Owner is the lease owner label; New appends a random suffix
+	// (leasing.NewOwner) so that processes started with the same label are
+	// told apart. UTF-8 without NUL, at most leasing.MaxOwnerLabelBytes
+	// bytes. Defaults to the queue name.
+	Owner string
+	// TenantID, when not empty, claims only that tenant's messages.
+	// UTF-8 without NUL.
+	TenantID string
+	// BatchSize is the most messages one claim takes,
+	// 1..leasing.MaxBatchSize. Defaults to 10.
+	BatchSize int
+	// LeaseDuration is how long each claim and renew holds a message, from
+	// the store's now, 1µs..leasing.MaxLeaseDuration. Defaults to 30
+	// seconds.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is the time between two renews of the processor's
+	// leases, > 0 and at most LeaseDuration/2. Defaults to LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// Concurrency is the number of worker slots, that is of handlers
+	// running at once, 1..MaxConcurrency. Defaults to 4.
+	Concurrency int
+	// PollInterval is the longest wait between two claims while slots are
+	// free and the last claim found too few due messages, > 0. Defaults to
+	// 1 second.
+	PollInterval time.Duration
+	// RetryPolicy decides the retry delay after a handler error and when
+	// to dead-letter. Defaults to the zero RetryPolicy (5 attempts, 1s
+	// doubling up to 5 minutes).
+	RetryPolicy RetryPolicy
+	// ShutdownGrace is how long running handlers may go on after shutdown
+	// starts before their contexts are cancelled, > 0. Defaults to 10
+	// seconds.
+	ShutdownGrace time.Duration
+	// Meter receives the processor counters (see the package
+	// documentation). nil records nothing.
+	Meter metric.Meter
+	// WorkSignal, when not nil, wakes the processor to claim before the
+	// poll interval ends.
+	WorkSignal WorkSignal
+	// OnError, when not nil, receives the errors the processor handles by
+	// trying again later: claim, renew and outcome-write failures, and
+	// vacuum policy failures (leasing.ErrVacuumNotAllowed once, when the
+	// user may not VACUUM the table). It may be called from several
+	// goroutines at once and must not block.
+	OnError func(error)
+	// Vacuum is the policy by which the processor vacuums its queue's
+	// table while it runs, on a store that is a Vacuumer
+	// (*leasing.Postgres; see KeepVacuumed): every processor of a queue
+	// may run it, at most one VACUUM runs at a time. The zero value is on,
+	// with the defaults; set Disabled to leave the table to autovacuum.
+	Vacuum VacuumPolicy
+}
+
+// resolve returns o with defaults filled in for queue q, and the claim
+// request the processor sends, its owner made from o.Owner. The claim's
+// fields are checked by leasing.ClaimRequest.Validate.
+//
+// Errors: a *leasing.ArgumentError naming the first bad option.
+func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error) {
+	if o.Owner == "" {
+		o.Owner = string(q)
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	var claim leasing.ClaimRequest
+	if err := leasing.ValidateOwnerLabel(o.Owner); err != nil {
+		return o, claim, err
+	}
+	claim = leasing.ClaimRequest{
+		Owner: leasing.NewOwner(o.Owner), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID,
+	}
+	if err := claim.Validate(); err != nil {
+		return o, claim, err
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = o.LeaseDuration / 3
+	}
+	if o.HeartbeatInterval <= 0 || o.HeartbeatInterval > o.LeaseDuration/2 {
+		return o, claim, argumentError("heartbeat interval", "must be > 0 and at most half the lease duration %s, got %s",
+			o.LeaseDuration, o.HeartbeatInterval)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
+		return o, claim, argumentError("concurrency", "must be 1..%d, got %d", MaxConcurrency, o.Concurrency)
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if err := leasing.ValidatePositive("poll interval", o.PollInterval); err != nil {
+		return o, claim, err
+	}
+	var err error
+	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
+		return o, claim, err
+	}
+	o.RetryPolicy = o.RetryPolicy.withDefaults()
+	if err := o.RetryPolicy.validate(); err != nil {
+		return o, claim, err
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	if err := leasing.ValidatePositive("shutdown grace", o.ShutdownGrace); err != nil {
+		return o, claim, err
+	}
+	return o, claim, nil
+}

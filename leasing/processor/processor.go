@@ -1,0 +1,232 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Store is what a Processor calls on its lease store: the claim, renew and
+// write methods of leasing.Store, with their contract. Every leasing.Store
+// (*leasing.Postgres, *leasing.Memory) is one.
+type Store interface {
+	// Queue returns the queue the store serves.
+	Queue() leasing.Queue
+	// Claim leases up to r.BatchSize due messages to r.Owner.
+	Claim(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error)
+	// Renew extends leases still held to the store's now + leaseFor.
+	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
+	// Release gives leases back, due at once, their attempt returned.
+	Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
+	// ReleaseOrphans releases the rows leased to owner whose ids are not
+	// in held.
+	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
+	// Complete writes the queue's success state.
+	Complete(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
+	// Fail writes failed, due again after each RetryAfter.
+	Fail(ctx context.Context, failures ...leasing.Failure) (leasing.WriteResult, error)
+	// DeadLetter writes dead_lettered.
+	DeadLetter(ctx context.Context, failures ...leasing.Failure) (leasing.WriteResult, error)
+}
+
+var _ Store = leasing.Store(nil)
+
+// Handler works one leased message: for the inbox it handles the message,
+// for the outbox it publishes it (see Publisher). It runs on a worker slot
+// of a Processor.
+//
+// ctx is cancelled when the lease is lost (context.Cause(ctx) is
+// leasing.ErrLeaseLost) or when the processor shuts down and ShutdownGrace
+// has run out (context.Cause(ctx) is ErrShutdown); the handler should return
+// soon after. A nil return writes the queue's success state; an error (or a
+// panic) writes failed or dead_lettered per the RetryPolicy. Whatever it
+// returns after its lease was lost is not written. Delivery is at least
+// once: a handler may see the same message again after a lost lease or a
+// crash, so it must be idempotent.
+type Handler func(ctx context.Context, lease leasing.Lease) error
+
+// Publisher publishes one outbox message to a broker, e.g. to msg.Topic.
+// It returns nil once the broker has accepted the message. ctx is
+// cancelled as for a Handler.
+type Publisher func(ctx context.Context, msg leasing.Message) error
+
+// Handler returns p as a Handler for an outbox Processor.
+func (p Publisher) Handler() Handler {
+	return func(ctx context.Context, lease leasing.Lease) error { return p(ctx, lease.Message) }
+}
+
+// ErrShutdown is the cause (context.Cause) of a handler context that a
+// Processor cancelled because it was shutting down and ShutdownGrace ran
+// out. The failed outcome it then writes carries this error's text.
+var ErrShutdown = errors.New("processor: shut down")
+
+// ErrAttemptsExhausted is the error a Processor dead-letters a message with,
+// without running its handler, when the message was claimed more than
+// RetryPolicy.MaxAttempts times: the earlier attempts ended without an
+// outcome, e.g. because the handler crashed its process.
+var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an outcome")
+
+// Processor claims due messages of one store's queue, runs a Handler on
+// each in a bounded number of worker slots, and writes each outcome under
+// the lease's fence. The package documentation describes the lifecycle of
+// a claimed message; Options, the knobs.
+type Processor struct {
+	store   Store
+	handler Handler
+	opts    Options // resolved: no zero fields left
+	metrics *metrics
+	// claimRequest is what every claim sends: owner, batch size, lease
+	// duration and tenant, checked by New.
+	claimRequest leasing.ClaimRequest
+
+	stop     chan struct{} // closed when shutdown is requested
+	stopOnce sync.Once
+	done     chan struct{} // closed when Run returns
+
+	mu      sync.Mutex // guards started, nothing else
+	started bool
+}
+
+// New returns a processor that claims from store and passes each message
+// to handler. Call Run to start it.
+//
+// Errors: a *leasing.ArgumentError (errors.Is leasing.ErrInvalidArgument)
+// for a nil store or handler or a bad option; else the meter's error
+// creating the counters.
+func New(store Store, handler Handler, opts Options) (*Processor, error) {
+	if store == nil {
+		return nil, argumentError("store", "must not be nil")
+	}
+	if handler == nil {
+		return nil, argumentError("handler", "must not be nil")
+	}
+	opts, claimRequest, err := opts.resolve(store.Queue())
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Meter, store.Queue())
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{
+		store: store, handler: handler, opts: opts, metrics: m, claimRequest: claimRequest,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}, nil
+}
+
+// Owner returns the lease owner name the processor claims with: the Owner
+// label and a random suffix (leasing.NewOwner).
+func (p *Processor) Owner() string { return p.claimRequest.Owner }
+
+// Options returns the options in effect, defaults filled in.
+func (p *Processor) Options() Options { return p.opts }
+
+// Run claims and works messages until ctx is cancelled or Stop is called,
+// then shuts down as the package documentation describes and returns nil
+// once every handler has returned and every outcome and release has been
+// written (or given up after its write attempts). Store errors do not end
+// Run: they go to OnError and the work is tried again later. Run blocks
+// while a handler ignores its cancelled context. Values of ctx reach
+// handlers and store calls; its cancellation does not cut them short.
+//
+// Errors: a Processor runs once; a second Run returns an error at once.
+func (p *Processor) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.started {
+		p.mu.Unlock()
+		return errors.New("processor: already ran")
+	}
+	p.started = true
+	p.mu.Unlock()
+	defer close(p.done)
+
+	base := context.WithoutCancel(ctx)
+	book := newBook(p.opts.LeaseDuration, p.metrics)
+	w := newWriter(p, book, base, p.opts.Concurrency+1)
+	go w.run()
+	hbCtx, stopHeartbeat := context.WithCancel(base)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		heartbeat{p: p, book: book}.run(hbCtx)
+	}()
+
+	vacCtx, stopVacuum := context.WithCancel(base)
+	vacDone := make(chan struct{})
+	go func() {
+		defer close(vacDone)
+		if v, ok := p.store.(Vacuumer); ok {
+			_ = KeepVacuumed(vacCtx, v, p.opts.Vacuum, p.report) // the policy was validated by New
+		}
+	}()
+
+	r := newRun(p, base, book, w)
+	w.onFailWritten = r.claimEarly
+	r.loop(ctx)
+	stopVacuum() // frees its pool connection for the shutdown's writes
+	<-vacDone
+	r.shutdown()
+	stopHeartbeat()
+	<-hbDone
+	return nil
+}
+
+// Stop starts shutdown, as cancelling Run's context does, and waits for Run
+// to return. Calling it more than once, or before Run, is fine: a Run that
+// starts after Stop returns nil at once.
+//
+// Errors: ctx.Err() when ctx ends before Run returns (shutdown goes on).
+// Do not call Stop from a handler with a ctx that outlives the handler: Run
+// waits for that handler, so Stop would wait for itself.
+func (p *Processor) Stop(ctx context.Context) error {
+	p.requestStop()
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
+
+// report hands err to OnError, when set.
+func (p *Processor) report(err error) {
+	if p.opts.OnError != nil {
+		p.opts.OnError(err)
+	}
+}
+
+// errorf returns an error of p's queue, "processor: <queue> <what>: <err>".
+func (p *Processor) errorf(what string, err error) error {
+	return fmt.Errorf("processor: %s %s: %w", p.store.Queue(), what, err)
+}
+
+// pause waits d, or until ctx ends, and reports whether d passed.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// argumentError returns a *leasing.ArgumentError for field.
+func argumentError(field, format string, args ...any) error {
+	return &leasing.ArgumentError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

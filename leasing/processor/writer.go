@@ -1,0 +1,222 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Outcome writes that fail with a driver error are tried this many times in
+// all, waiting writeBackoff, then twice that, and so on, in between.
+const (
+	writeTries   = 5
+	writeBackoff = 50 * time.Millisecond
+)
+
+// writeKind is the store call a pendingWrite needs.
+type writeKind int
+
+const (
+	writeRelease writeKind = iota
+	writeComplete
+	writeFail
+	writeDeadLetter
+)
+
+// pendingWrite is one outcome waiting for the writer.
+type pendingWrite struct {
+	h       *heldLease
+	kind    writeKind
+	failure leasing.Failure // Lease always; RetryAfter and Error for fail and dead letter
+}
+
+// writer writes outcomes in batches: each write takes everything queued
+// while the previous one ran. mu is its own: it guards takes, queue and
+// closed.
+type writer struct {
+	p    *Processor
+	book *book
+	base context.Context
+	// onFailWritten is called with the retry delay of each failed outcome
+	// written.
+	onFailWritten func(time.Duration)
+	// limit is how many outcomes may wait without holding their worker: a
+	// worker whose outcome finds limit or more waiting still queues it (the
+	// next write takes it) but keeps its slot until the writer has taken
+	// it, so that a slow store stops the claims instead of piling up
+	// outcomes not yet written.
+	limit int
+
+	mu     sync.Mutex
+	taken  sync.Cond      // on mu: the writer took the queue (takes grew)
+	takes  uint64         // times the writer took the queue
+	queue  []pendingWrite // submitted, not yet taken, in submit order
+	closed bool
+	ready  chan struct{} // capacity 1: queue or closed changed since the writer last looked
+	done   chan struct{} // closed when run returns
+}
+
+// newWriter returns the writer of p's run over book; limit is how many
+// outcomes may wait (see writer.limit). Call run to start it.
+func newWriter(p *Processor, book *book, base context.Context, limit int) *writer {
+	w := &writer{p: p, book: book, base: base, limit: limit, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	w.taken.L = &w.mu
+	return w
+}
+
+// submit queues outcomes for the next write. When limit or more were
+// already waiting it returns only once the writer has taken them.
+func (w *writer) submit(pws ...pendingWrite) {
+	w.mu.Lock()
+	full := len(w.queue) >= w.limit
+	w.queue = append(w.queue, pws...)
+	takes := w.takes
+	w.mu.Unlock()
+	w.wake()
+	if !full {
+		return
+	}
+	w.mu.Lock()
+	for w.takes == takes {
+		w.taken.Wait()
+	}
+	w.mu.Unlock()
+}
+
+func (w *writer) wake() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the writer after it wrote everything submitted.
+func (w *writer) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.wake()
+	<-w.done
+}
+
+// run writes what is queued until close. Two buffers take turns as the
+// queue, so that a busy writer does not allocate one per write.
+func (w *writer) run() {
+	defer close(w.done)
+	var spare []pendingWrite
+	for {
+		w.mu.Lock()
+		batch, closed := w.queue, w.closed
+		w.queue = spare[:0]
+		if len(batch) > 0 {
+			w.takes++
+			w.taken.Broadcast()
+		}
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			w.write(batch)
+			clear(batch) // drop the leases for the garbage collector
+		} else if closed {
+			return
+		} else {
+			<-w.ready
+		}
+		spare = batch
+	}
+}
+
+// write issues one store call per kind of outcome in batch.
+func (w *writer) write(batch []pendingWrite) {
+	var groups [writeDeadLetter + 1][]pendingWrite
+	for _, pw := range batch {
+		groups[pw.kind] = append(groups[pw.kind], pw)
+	}
+	for kind, g := range groups {
+		for len(g) > 0 {
+			part := g[:min(len(g), leasing.MaxBatchSize)]
+			g = g[len(part):]
+			w.writeGroup(writeKind(kind), part)
+		}
+	}
+}
+
+// writeGroup writes g, outcomes of one kind, with one store call, and
+// counts what the store applied.
+func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
+	p := w.p
+	var (
+		leases   []leasing.Lease   // release and complete
+		failures []leasing.Failure // fail and dead letter
+	)
+	if kind == writeRelease || kind == writeComplete {
+		leases = make([]leasing.Lease, len(g))
+		for i, pw := range g {
+			leases[i] = pw.failure.Lease
+		}
+	} else {
+		failures = make([]leasing.Failure, len(g))
+		for i, pw := range g {
+			failures[i] = pw.failure
+		}
+	}
+	call := func(ctx context.Context) (leasing.WriteResult, error) {
+		switch kind {
+		case writeRelease:
+			return p.store.Release(ctx, leases...)
+		case writeComplete:
+			return p.store.Complete(ctx, leases...)
+		case writeFail:
+			return p.store.Fail(ctx, failures...)
+		default:
+			return p.store.DeadLetter(ctx, failures...)
+		}
+	}
+	res, err := w.persist(call)
+	w.book.untrack(g, err != nil)
+	if err != nil {
+		p.report(p.errorf(fmt.Sprintf("gave up writing %d outcomes", len(g)), err))
+		return
+	}
+	done := 0
+	for _, o := range res.Outcomes {
+		if o.Outcome.Succeeded() {
+			done++
+		}
+	}
+	count(p.metrics.rejected, len(g)-done)
+	switch kind {
+	case writeComplete:
+		count(p.metrics.succeeded, done)
+	case writeFail:
+		count(p.metrics.failed, done)
+		for i, o := range res.Outcomes {
+			if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.onFailWritten != nil {
+				w.onFailWritten(g[i].failure.RetryAfter)
+			}
+		}
+	case writeDeadLetter:
+		count(p.metrics.deadLettered, done)
+	}
+}
+
+// persist calls call until it returns no error, an *ArgumentError, or
+// writeTries calls failed; each call may take LeaseDuration.
+func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)) (leasing.WriteResult, error) {
+	p := w.p
+	backoff := writeBackoff
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(w.base, p.opts.LeaseDuration)
+		res, err := call(ctx)
+		cancel()
+		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || try == writeTries {
+			return res, err
+		}
+		p.report(p.errorf(fmt.Sprintf("outcome write, try %d", try), err))
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+}
