@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
@@ -30,28 +29,27 @@ func TestRegisterQueueGauges(t *testing.T) {
 		reg, err := processor.RegisterQueueGauges(b.meter.Meter("test"), b.mem, out.mem)
 		require.NoError(t, err)
 
-		var rm metricdata.ResourceMetrics
-		require.NoError(t, b.reader.Collect(context.Background(), &rm))
-		got := map[string]metricdata.Aggregation{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				got[m.Name] = m.Data
-			}
-		}
-		depth := map[string]int64{}
-		for _, dp := range got["litebus.inbox.queue.depth"].(metricdata.Gauge[int64]).DataPoints {
-			status, ok := dp.Attributes.Value(attribute.Key("status"))
+		got, err := b.meter.Observe(context.Background())
+		require.NoError(t, err)
+		depth := map[string]float64{}
+		for _, p := range got["litebus.inbox.queue.depth"] {
+			status, ok := p.Attributes.Value(attribute.Key("status"))
 			require.True(t, ok)
-			depth[status.AsString()] = dp.Value
+			depth[status.AsString()] = p.Value
 		}
-		require.Equal(t, map[string]int64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0}, depth)
-		require.Len(t, got["litebus.outbox.queue.depth"].(metricdata.Gauge[int64]).DataPoints, 5)
-		expired := got["litebus.inbox.queue.expired_leases"].(metricdata.Gauge[int64]).DataPoints
-		require.Equal(t, int64(1), expired[0].Value)
-		age := got["litebus.inbox.queue.oldest_due_age"].(metricdata.Gauge[float64]).DataPoints
+		require.Equal(t, map[string]float64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0}, depth)
+		require.Len(t, got["litebus.outbox.queue.depth"], 5)
+		expired := got["litebus.inbox.queue.expired_leases"]
+		require.Len(t, expired, 1)
+		require.Equal(t, 1.0, expired[0].Value)
+		age := got["litebus.inbox.queue.oldest_due_age"]
+		require.Len(t, age, 1)
 		require.InDelta(t, 12.0, age[0].Value, 1e-9, "seconds since the oldest due row was created")
 
 		require.NoError(t, reg.Unregister())
+		got, err = b.meter.Observe(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, got, "an unregistered callback observes nothing")
 	})
 
 	t.Run("Invalid", func(t *testing.T) {

@@ -10,19 +10,17 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/leasestore/leasestore/internal/metrictest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
 type processorBundle struct {
-	clock  *leasingtest.Clock
-	mem    *leasing.Memory
-	reader *sdkmetric.ManualReader
-	meter  *sdkmetric.MeterProvider
+	clock *leasingtest.Clock
+	mem   *leasing.Memory
+	meter *metrictest.Provider
 }
 
 func setupProcessor(t *testing.T, q leasing.Queue) *processorBundle {
@@ -30,8 +28,7 @@ func setupProcessor(t *testing.T, q leasing.Queue) *processorBundle {
 	clock := leasingtest.NewClock(leasingtest.Start)
 	mem, err := leasing.NewMemory(q, leasing.MemoryOptions{Now: clock.Now})
 	require.NoError(t, err)
-	reader := sdkmetric.NewManualReader()
-	return &processorBundle{clock: clock, mem: mem, reader: reader, meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}
+	return &processorBundle{clock: clock, mem: mem, meter: metrictest.NewProvider()}
 }
 
 // enqueue adds n messages and returns their ids in claim order.
@@ -71,32 +68,11 @@ func (b *processorBundle) claimAsOther(t *testing.T) []leasing.Lease {
 	return leases
 }
 
-// counter returns the value of the int64 counter of the queue named
-// litebus.<queue>.<name>, 0 when never recorded, -1 when it cannot be read.
-// It never fails the test, so conditions of waitFor may call it.
+// counter returns the total of the int64 counter of the queue named
+// litebus.<queue>.<name>, 0 when never recorded. It never fails the test,
+// so conditions of waitFor may call it.
 func (b *processorBundle) counter(name string) int64 {
-	var rm metricdata.ResourceMetrics
-	if err := b.reader.Collect(context.Background(), &rm); err != nil {
-		return -1
-	}
-	full := processor.MetricName(b.mem.Queue(), name)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != full {
-				continue
-			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				return -1
-			}
-			var total int64
-			for _, dp := range sum.DataPoints {
-				total += dp.Value
-			}
-			return total
-		}
-	}
-	return 0
+	return b.meter.Sum(processor.MetricName(b.mem.Queue(), name))
 }
 
 func (b *processorBundle) requireCounters(t *testing.T, want map[string]int64) {
