@@ -3,6 +3,12 @@
 
 SQLC := go tool -modfile=tools/go.mod sqlc
 
+# The library's module and the modules beside it that hold what the library
+# must not depend on: the integration suites (OTel SDK), the CLI (Prometheus
+# exporter) and the examples. Each target that builds or tests runs in all.
+MODULES := . integration cmd/leasectl examples
+in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
+
 .DEFAULT_GOAL := help
 .PHONY: help generate verify test test-short db-start demo stress bench lint
 
@@ -13,30 +19,31 @@ generate: ## Render the templates (db/render), then regenerate gen/ with sqlc.
 	go run ./db/render
 	$(SQLC) generate
 
-verify: db-start ## Fail when rendered files or gen/ are stale; sqlc vet on a migrated database; go vet.
+verify: db-start ## Fail when rendered files, gen/ or a go.mod are stale; sqlc vet; go vet.
 	go run ./db/render -check
 	$(SQLC) diff
 	bash scripts/sqlc-vet.sh
-	go vet ./...
+	$(call in_modules,go vet ./...)
+	$(call in_modules,go mod tidy -diff)
 
-test: db-start ## Unit and integration tests with the race detector.
-	go test -race -count=1 ./...
+test: db-start ## Unit, integration, CLI and example tests with the race detector.
+	$(call in_modules,go test -race -count=1 ./...)
 
 test-short: ## Unit tests only; tests that need PostgreSQL skip.
-	go test -short -count=1 ./...
+	$(call in_modules,go test -short -count=1 ./...)
 
 db-start: ## Start the local PostgreSQL the tests use.
 	bash scripts/db-start.sh
 
-demo: db-start ## Run the leasectl demo.
-	go run ./cmd/leasectl demo
+demo: db-start ## Two processor instances share the inbox and the outbox (examples/demo).
+	cd examples && go run ./demo
 
 stress: db-start ## Long reliability runs: 100k-message stress, faults, restart, differential, fuzz.
 	bash scripts/stress.sh
 
-bench: db-start ## Run the leasectl benchmark.
-	go run ./cmd/leasectl bench --rounds 5
+bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
+	cd cmd/leasectl && go run . bench --rounds 5
 
 lint: ## go vet and gofmt.
-	go vet ./...
+	$(call in_modules,go vet ./...)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi

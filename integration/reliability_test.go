@@ -17,7 +17,7 @@ import (
 )
 
 // stressFlag selects the long forms of the reliability tests (stress,
-// faults, differential): `go test ./integration/ -args -stress`, as
+// faults, differential): `cd integration && go test -args -stress`, as
 // `make stress` runs them. LEASESTORE_STRESS=1 does the same.
 var stressFlag = flag.Bool("stress", false, "run the long forms of the stress, fault and differential tests")
 

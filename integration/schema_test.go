@@ -20,14 +20,15 @@ var schemaGolden = filepath.Join("testdata", "schema.golden")
 // schemaCatalogSQL describes the public schema one line per object, in a
 // stable order: tables, columns (type, default, nullability), constraints,
 // indexes (definition, validity), triggers and functions. goose's own
-// version table is left out.
+// version tables (the old goose_db_version, our leasestore_db_version) are
+// left out: they record which migrations ran, not what they built.
 const schemaCatalogSQL = `
 SELECT line FROM (
     SELECT 1 AS kind, c.relname::text AS k1, '' AS k2,
            'table ' || c.relname AS line
     FROM pg_catalog.pg_class AS c
     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname NOT IN ('goose_db_version', 'leasestore_db_version')
   UNION ALL
     SELECT 2, c.relname::text, lpad(a.attnum::text, 4, '0'),
            'column ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
@@ -38,7 +39,7 @@ SELECT line FROM (
     JOIN pg_catalog.pg_class AS c ON c.oid = a.attrelid
     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     LEFT JOIN pg_catalog.pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname NOT IN ('goose_db_version', 'leasestore_db_version')
       AND a.attnum > 0 AND NOT a.attisdropped
   UNION ALL
     SELECT 3, c.relname::text, co.conname::text,
@@ -46,7 +47,7 @@ SELECT line FROM (
     FROM pg_catalog.pg_constraint AS co
     JOIN pg_catalog.pg_class AS c ON c.oid = co.conrelid
     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-    WHERE n.nspname = 'public' AND c.relname <> 'goose_db_version'
+    WHERE n.nspname = 'public' AND c.relname NOT IN ('goose_db_version', 'leasestore_db_version')
   UNION ALL
     SELECT 4, t.relname::text, ic.relname::text,
            'index ' || ic.relname || ' ' || pg_catalog.pg_get_indexdef(i.indexrelid)
@@ -56,7 +57,7 @@ SELECT line FROM (
     JOIN pg_catalog.pg_class AS ic ON ic.oid = i.indexrelid
     JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
     JOIN pg_catalog.pg_namespace AS n ON n.oid = t.relnamespace
-    WHERE n.nspname = 'public' AND t.relname <> 'goose_db_version'
+    WHERE n.nspname = 'public' AND t.relname NOT IN ('goose_db_version', 'leasestore_db_version')
   UNION ALL
     SELECT 5, c.relname::text, tg.tgname::text,
            'trigger ' || tg.tgname || ' ' || pg_catalog.pg_get_triggerdef(tg.oid)
@@ -78,7 +79,7 @@ ORDER BY kind, k1, k2`
 // testdata/schema.golden, written from the migrations before the queries
 // were rendered from templates: existing migrations keep their effect.
 // Regenerate it deliberately, after a new migration, with
-// go test ./integration -run TestMigratedSchema -update-schema.
+// (cd integration && go test -run TestMigratedSchema -update-schema).
 func TestMigratedSchema(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t)

@@ -16,7 +16,7 @@
 # RACE=1 adds the race detector (about 5x slower). SKIP_RESTART=1 skips
 # step 2, e.g. on a server other people use.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../integration"
 
 bash scripts/db-start.sh
 export LEASESTORE_STRESS=1
@@ -26,13 +26,13 @@ if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
 figures() { grep -E '^\s+(stress_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
 
 echo "== stress, chaos and differential (long forms)"
-go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./integration/ 2>&1 | figures
+go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./ 2>&1 | figures
 
 if [ "${SKIP_RESTART:-0}" != 1 ]; then
   echo "== server restart during a stress run"
-  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./integration/ 2>&1 | figures
+  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./ 2>&1 | figures
   bash scripts/db-start.sh
 fi
 
 echo "== fuzzing the differential test for ${FUZZTIME:-60s}"
-go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./integration/
+go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./
