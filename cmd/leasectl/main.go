@@ -1,7 +1,7 @@
 // Leasectl operates leasestore queues on PostgreSQL: it migrates the schema,
 // enqueues and claims messages, shows queue depth, requeues dead-lettered
-// messages, purges finished ones, serves queue-depth metrics and runs the
-// two-instance processor demo.
+// messages, purges finished ones, serves queue-depth metrics, checks a
+// database's health (doctor) and measures drains (bench).
 //
 // Usage:
 //
@@ -56,7 +56,6 @@ var commands = []command{
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
 	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
 	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
-	{"demo", "[--keep] [--messages N] [--batch N] [--late N] [--fail N] [--throwaway auto|always|never]", "two processor instances share both queues on a fresh database", runDemo},
 }
 
 // runContext is run with the caller's context, for tests.

@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -97,7 +94,7 @@ func TestUsage(t *testing.T) {
 		require.Equal(t, 0, r.code)
 		require.Contains(t, r.stdout, "usage: leasectl")
 		require.Contains(t, r.stdout, "migrate")
-		require.Contains(t, r.stdout, "demo")
+		require.Contains(t, r.stdout, "doctor")
 		require.Empty(t, r.stderr)
 	})
 	t.Run("HelpCommand", func(t *testing.T) {
@@ -177,10 +174,6 @@ var badFlagCases = []struct {
 	{"MigrateNoAction", []string{"migrate"}, "up, down or status"},
 	{"MigrateUnknownAction", []string{"migrate", "sideways"}, `unknown migrate action "sideways"`},
 	{"MigrateTwoActions", []string{"migrate", "up", "down"}, `unexpected argument "down"`},
-	{"DemoBatchZero", []string{"demo", "--batch", "0"}, "--batch"},
-	{"DemoBadThrowaway", []string{"demo", "--throwaway", "maybe"}, "--throwaway"},
-	{"DemoFailAll", []string{"demo", "--messages", "3", "--fail", "3"}, "--fail"},
-	{"DemoSlowTooLong", []string{"demo", "--slow-time", "1m"}, "--slow-time"},
 	{"ServeUnknownQueue", []string{"serve", "--queue", "x"}, "inbox or outbox"},
 	{"EmptyDatabaseURL", []string{"stats", "--database-url", ""}, "-database-url"},
 }
@@ -455,88 +448,6 @@ func TestPurge(t *testing.T) {
 	require.Equal(t, int64(2), st["pending"])
 }
 
-var demoDatabase = regexp.MustCompile(`created database (leasestore_demo_[0-9a-f]+)`)
-
-// TestDemo runs the demo end to end on the test server and checks that it drops its database.
-func TestDemo(t *testing.T) {
-	t.Parallel()
-	admin := dbtest.URL(t)
-
-	out := requireOK(t, "demo", "--database-url", admin, "--slow-time", "1200ms")
-	require.Equal(t, 2, strings.Count(out, "disjoint: yes"), out)
-	require.Contains(t, out, "every message ended completed: 110 of 110")
-	require.Contains(t, out, "every message ended published: 110 of 110")
-	require.Contains(t, out, "PASS")
-	require.NotContains(t, out, "FAIL")
-	// Depth gauges, then counter totals: 100 + 10 late messages, 3 of
-	// them failing once, none lost.
-	require.Regexp(t, `(?m)^  completed +110$`, out)
-	require.Regexp(t, `(?m)^  published +110$`, out)
-	for _, q := range []string{"inbox", "outbox"} {
-		succeeded := map[string]string{"inbox": "succeeded", "outbox": "published"}[q]
-		for name, total := range map[string]int{
-			"leases_acquired": 113, succeeded: 110, "failed": 3, "dead_lettered": 0,
-			"lease_lost": 0, "persist_skipped": 0, "persist_rejected": 0,
-		} {
-			require.Regexp(t, fmt.Sprintf(`(?m)^  litebus\.%s\.processor\.%s +\d+ +\d+ +%d$`, q, name, total), out)
-		}
-	}
-	require.Equal(t, 2, strings.Count(out, "retried: 3 messages failed once"), out)
-	require.Equal(t, 2, strings.Count(out, "no one reclaimed it"), out)
-	require.Regexp(t, `(?m)^  heartbeat renew calls \(not an OTel counter\) +\d+ +\d+ +[1-9]\d*$`, out)
-	require.Equal(t, 2, strings.Count(out, "LISTEN/NOTIFY woke the processors"), out)
-
-	m := demoDatabase.FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	require.Contains(t, out, "dropped database "+m[1])
-	conn, err := pgx.Connect(t.Context(), admin)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var exists bool
-	require.NoError(t, conn.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m[1]).Scan(&exists))
-	require.False(t, exists, "the demo drops its database")
-}
-
-// TestDemoNoServer checks the instructions printed when no server answers.
-func TestDemoNoServer(t *testing.T) {
-	t.Parallel()
-	r := leasectl(t, "demo", "--throwaway", "never", "--database-url", unreachableURL(t))
-	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, "does not answer")
-	require.Contains(t, r.stderr, "DATABASE_URL=")
-	require.Contains(t, r.stderr, "--database-url")
-	require.NotContains(t, r.stdout, "created database")
-}
-
-// TestDemoThrowawayServer runs the demo on a throwaway server from the
-// installed binaries, started because the default URL does not answer.
-func TestDemoThrowawayServer(t *testing.T) {
-	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL server")
-	}
-	if _, err := findServerBinaries(); err != nil {
-		t.Skip(err)
-	}
-	// The default URL does not answer (as on a machine without a running
-	// server): in the default mode auto the demo starts its own server.
-	var stdout, stderr bytes.Buffer
-	c := newCLI(&stdout, &stderr, func(string) string { return "" })
-	c.databaseURL = unreachableURL(t)
-	require.Equal(t, urlDefault, c.source)
-	code := c.exitStatus("demo", runDemo(t.Context(), c, []string{"--messages", "20"}))
-	out := stdout.String()
-	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, stderr.String())
-	require.Contains(t, out, "no PostgreSQL answers at")
-	require.Contains(t, out, "starting a throwaway PostgreSQL")
-	require.Equal(t, 2, strings.Count(out, "disjoint: yes"), out)
-	m := regexp.MustCompile(`removed (\S+)`).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	require.True(t, strings.HasPrefix(filepath.Base(m[1]), "leasectl-demo-pg-"))
-	_, err := os.Stat(m[1])
-	require.ErrorIs(t, err, fs.ErrNotExist)
-}
-
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -641,4 +552,14 @@ func TestDoctorAndBenchFlags(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
 	require.Len(t, rep.Queues, 1)
 	require.Equal(t, "inbox", rep.Queues[0].Queue)
+}
+
+// freePort returns a loopback TCP port that nothing listened on a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
