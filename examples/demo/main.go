@@ -317,12 +317,12 @@ func printMetrics(out io.Writer, rm metricdata.ResourceMetrics) {
 			switch data := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, dp := range data.DataPoints {
-					fmt.Fprintf(out, "  %-48s %-8s %6d\n", m.Name, sm.Scope.Name, dp.Value)
+					fmt.Fprintf(out, "  %-44s %-13s %6d\n", m.Name, sm.Scope.Name, dp.Value)
 				}
 			case metricdata.Gauge[int64]:
 				for _, dp := range data.DataPoints {
 					status, _ := dp.Attributes.Value("status")
-					fmt.Fprintf(out, "  %-48s %-8s %6d\n", m.Name, status.AsString(), dp.Value)
+					fmt.Fprintf(out, "  %-44s %-13s %6d\n", m.Name, status.AsString(), dp.Value)
 				}
 			}
 		}
