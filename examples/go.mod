@@ -8,6 +8,7 @@ require (
 	github.com/leasestore/leasestore v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
