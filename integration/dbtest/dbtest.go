@@ -24,16 +24,13 @@ package dbtest
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,7 +41,7 @@ import (
 
 // DefaultURL is the server used when neither TEST_DATABASE_URL nor
 // DATABASE_URL is set: the one scripts/db-start.sh starts.
-const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+const DefaultURL = pgadmin.DefaultTestURL
 
 // templateLockKey is the pg_advisory_lock key held while a template is
 // built, so that test binaries running at once build each template once.
@@ -69,23 +66,10 @@ func URL(tb testing.TB) string {
 	if testing.Short() {
 		tb.Skip("dbtest: -short skips tests that need PostgreSQL")
 	}
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		u = os.Getenv("DATABASE_URL")
-	}
-	if u == "" {
-		u = DefaultURL
-	}
+	u := pgadmin.TestServerURL()
 	pingOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, u)
-		if err == nil {
-			err = conn.Ping(ctx)
-			_ = conn.Close(ctx)
-		}
-		pingErr = err
-		if err == nil {
+		pingErr = pgadmin.Ping(u)
+		if pingErr == nil {
 			// Leftovers of dead runs; a failed sweep only leaves them for
 			// the next run, so it does not fail the test.
 			if err := Sweep(u); err != nil {
@@ -95,7 +79,7 @@ func URL(tb testing.TB) string {
 	})
 	if pingErr != nil {
 		msg := fmt.Sprintf("dbtest: PostgreSQL at %s is not reachable (%v); "+
-			"run scripts/db-start.sh or set TEST_DATABASE_URL", redact(u), pingErr)
+			"run scripts/db-start.sh or set TEST_DATABASE_URL", pgadmin.Redact(u), pingErr)
 		if os.Getenv("CI") == "true" {
 			tb.Fatal(msg)
 		}
@@ -141,11 +125,7 @@ func NewEmptyDatabase(tb testing.TB) string {
 // registers its drop and returns its URL.
 func createDatabase(tb testing.TB, admin, template string) string {
 	tb.Helper()
-	if err := holdRun(tb.Context(), admin); err != nil {
-		tb.Fatalf("dbtest: %v", err)
-	}
-	name := DatabasePrefix + runID + "_" + randomHex(8)
-	u, err := pgadmin.CreateDatabase(tb.Context(), admin, name, template)
+	name, u, err := pgadmin.CreateTestDatabase(tb.Context(), admin, template)
 	if err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
 	}
@@ -258,18 +238,4 @@ func migrationHash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// redact hides the password in a postgres:// URL for messages.
-func redact(u string) string {
-	if parsed, err := url.Parse(u); err == nil && parsed.Scheme != "" {
-		return parsed.Redacted()
-	}
-	return "the configured server"
-}
-
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails since Go 1.24
-	return hex.EncodeToString(b)
-}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"regexp"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,34 +19,16 @@ import (
 // name of every per-test role. The rest of the name is
 // <run>_<random>, <run> being 8 hex digits that identify the test process.
 const (
-	DatabasePrefix = "leasestore_test_"
-	RolePrefix     = "leasestore_t_"
+	DatabasePrefix = pgadmin.TestDatabasePrefix
+	RolePrefix     = pgadmin.TestRolePrefix
 )
-
-// runLockClass is the first key of the two-key session advisory lock that
-// a live run holds on the maintenance database; the second is the run.
-const runLockClass int32 = 0x6c736474 // "lsdt"
 
 // cleanupTimeout bounds a sweep or a run's drop on an interrupt.
 const cleanupTimeout = time.Minute
 
-var (
-	// runID identifies this process's databases and roles.
-	runID = randomHex(4)
-
-	runMu     sync.Mutex
-	runHolder *pgx.Conn // holds the run's advisory lock; nil until first used
-	runAdmin  string    // the maintenance database runHolder is on
-)
-
-var (
-	databaseName = regexp.MustCompile(`^` + DatabasePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
-	roleName     = regexp.MustCompile(`^` + RolePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
-)
-
 // RunID returns the 8 hex digits that name this process's databases and
 // roles.
-func RunID() string { return runID }
+func RunID() string { return pgadmin.RunID() }
 
 // RoleName returns a new role name for this run, leasestore_t_<run>_<random>,
 // so that a sweep drops the role when the run dies before its cleanup. The
@@ -57,57 +37,11 @@ func RunID() string { return runID }
 // before its roles, so objects in test databases do not keep a role alive).
 func RoleName(tb testing.TB) string {
 	tb.Helper()
-	if err := holdRun(tb.Context(), URL(tb)); err != nil {
+	name, err := pgadmin.NewTestRoleName(tb.Context(), URL(tb))
+	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
-	return RolePrefix + runID + "_" + randomHex(6)
-}
-
-// holdRun makes sure this process holds its run lock on admin's server,
-// connecting (again, after the server restarted) when it does not. It
-// waits while a sweep holds the lock, which happens only when the server
-// lost this run's session: the sweep then drops what the run had created,
-// and the run goes on with new objects.
-func holdRun(ctx context.Context, admin string) error {
-	runMu.Lock()
-	defer runMu.Unlock()
-	if runHolder != nil && runAdmin == admin {
-		pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := runHolder.Ping(pingCtx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		_ = runHolder.Close(context.Background())
-		runHolder = nil
-	}
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return fmt.Errorf("connect for the run lock: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", runLockClass, runKey(runID)); err != nil {
-		_ = conn.Close(context.Background())
-		return fmt.Errorf("take the run lock: %w", err)
-	}
-	runHolder, runAdmin = conn, admin
-	return nil
-}
-
-// releaseRun closes the run lock's session, if any.
-func releaseRun() {
-	runMu.Lock()
-	defer runMu.Unlock()
-	if runHolder != nil {
-		_ = runHolder.Close(context.Background())
-		runHolder = nil
-	}
-}
-
-// runKey maps a run's 8 hex digits to the advisory lock's second key.
-func runKey(run string) int32 {
-	var k uint32
-	_, _ = fmt.Sscanf(run, "%08x", &k)
-	return int32(k)
+	return name
 }
 
 // Sweep drops the test databases and per-test roles of every run on the
@@ -132,18 +66,18 @@ func Sweep(admin string) error {
 	}
 	var errs []error
 	for run, objs := range byRun {
-		if run == runID {
+		if run == pgadmin.RunID() {
 			continue
 		}
-		var dead bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", runLockClass, runKey(run)).Scan(&dead); err != nil {
+		dead, err := pgadmin.TryLockRun(ctx, conn, run)
+		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 		if !dead {
 			continue
 		}
 		errs = append(errs, dropObjects(ctx, admin, objs))
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", runLockClass, runKey(run)); err != nil {
+		if err := pgadmin.UnlockRun(ctx, conn, run); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
@@ -163,7 +97,7 @@ func dropRun(admin string) error {
 	if err != nil {
 		return err
 	}
-	return dropObjects(ctx, admin, byRun[runID])
+	return dropObjects(ctx, admin, byRun[pgadmin.RunID()])
 }
 
 // runObjects are one run's databases and roles.
@@ -188,8 +122,8 @@ func leftovers(ctx context.Context, conn *pgx.Conn) (map[string]*runObjects, err
 		return nil, err
 	}
 	for _, name := range dbs {
-		if m := databaseName.FindStringSubmatch(name); m != nil {
-			get(m[1]).databases = append(get(m[1]).databases, name)
+		if run, ok := pgadmin.TestDatabaseRun(name); ok {
+			get(run).databases = append(get(run).databases, name)
 		}
 	}
 	rows, err = conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1) ORDER BY rolname", RolePrefix)
@@ -201,8 +135,8 @@ func leftovers(ctx context.Context, conn *pgx.Conn) (map[string]*runObjects, err
 		return nil, err
 	}
 	for _, name := range roles {
-		if m := roleName.FindStringSubmatch(name); m != nil {
-			get(m[1]).roles = append(get(m[1]).roles, name)
+		if run, ok := pgadmin.TestRoleRun(name); ok {
+			get(run).roles = append(get(run).roles, name)
 		}
 	}
 	return byRun, nil
@@ -250,10 +184,7 @@ func (w mainM) Run() int {
 		defer close(stopped)
 		select {
 		case sig := <-sigs:
-			runMu.Lock()
-			admin := runAdmin
-			runMu.Unlock()
-			if admin != "" {
+			if admin := pgadmin.RunAdmin(); admin != "" {
 				if err := dropRun(admin); err != nil {
 					fmt.Fprintf(os.Stderr, "dbtest: drop this run's databases and roles on %v: %v\n", sig, err)
 				}
@@ -272,10 +203,7 @@ func (w mainM) Run() int {
 	signal.Stop(sigs)
 	close(done)
 	<-stopped
-	runMu.Lock()
-	admin := runAdmin
-	runMu.Unlock()
-	if admin != "" {
+	if admin := pgadmin.RunAdmin(); admin != "" {
 		if err := dropRun(admin); err != nil {
 			fmt.Fprintf(os.Stderr, "dbtest: drop this run's leftovers: %v\n", err)
 			if code == 0 {
@@ -283,6 +211,6 @@ func (w mainM) Run() int {
 			}
 		}
 	}
-	releaseRun()
+	pgadmin.ReleaseRun()
 	return code
 }

@@ -1,5 +1,9 @@
 // Package pgadmin creates and drops the throwaway databases that tests,
-// the demo and the benchmark work in, through an admin connection string.
+// examples, the demo and the benchmark work in, through an admin connection
+// string. It also names a test run's databases and roles and holds the
+// run's lock (run.go), so that integration/dbtest's sweep can tell a live
+// run's objects from a dead one's, and gives Example functions databases
+// of their own (examples.go).
 package pgadmin
 
 import (
@@ -80,4 +84,28 @@ func DropDatabase(adminURL, name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return Exec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+// Redact returns u, a postgres:// URL, with its password hidden, for
+// messages; for a connection string of another form, a phrase naming none
+// of it.
+func Redact(u string) string {
+	if parsed, err := url.Parse(u); err == nil && parsed.Scheme != "" {
+		return parsed.Redacted()
+	}
+	return "the configured server"
+}
+
+// Ping connects to adminURL and pings the server, within 5 seconds.
+//
+// Errors: the connection's or the ping's.
+func Ping(adminURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
 }
