@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the long forms of the reliability tests (integration/stress_test.go,
-# fault_test.go, differential_test.go) and prints their figures:
+# Runs the long forms of the reliability tests (integration/stress_*test.go,
+# fault_*test.go, differential_test.go) and prints their figures:
 #
 #   1. TestStress (100,000 messages per queue, 16 workers), TestFaultChaos
 #      (20,000 messages per fault: terminated backends, dropped replies,

@@ -1,0 +1,121 @@
+package leasingtest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/leasestore/leasestore/leasing"
+	"github.com/stretchr/testify/require"
+)
+
+// badInput checks that every malformed call fails with an *ArgumentError
+// before touching the store.
+func badInput(t *testing.T, b *bundle) {
+	ids := b.enqueueN(3)
+	held := b.claim("a", 1)[0]
+	before := snapshot(t, b, ids)
+	other := leasing.Outbox
+	if b.q == leasing.Outbox {
+		other = leasing.Inbox
+	}
+	fromOther := held
+	fromOther.Queue = other
+	otherOwner := held
+	otherOwner.Owner = "b"
+	unclaimed := held
+	unclaimed.Generation = 0
+	claim := func(r leasing.ClaimRequest) error { _, err := b.store.Claim(b.ctx, r); return err }
+	good := leasing.ClaimRequest{Owner: "a", BatchSize: 1, LeaseFor: lease}
+	with := func(f func(*leasing.ClaimRequest)) leasing.ClaimRequest { r := good; f(&r); return r }
+	wrongField := leasing.NewMessage{Topic: "t"}
+	if b.q == leasing.Outbox {
+		wrongField = leasing.NewMessage{IdempotencyKey: "k"}
+	}
+	calls := map[string]func() error{
+		"claim zero batch":     func() error { return claim(with(func(r *leasing.ClaimRequest) { r.BatchSize = 0 })) },
+		"claim negative batch": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.BatchSize = -1 })) },
+		"claim huge batch":     func() error { return claim(with(func(r *leasing.ClaimRequest) { r.BatchSize = 1 << 30 })) },
+		"claim empty owner":    func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Owner = "" })) },
+		"claim long owner": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.Owner = strings.Repeat("o", 1000) }))
+		},
+		"claim non-UTF-8 owner": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Owner = "\xff\xfe" })) },
+		"claim zero lease":      func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = 0 })) },
+		"claim negative lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = -time.Second })) },
+		"claim enormous lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = 1 << 62 })) },
+		"claim NUL in tenant":   func() error { return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = "t\x00" })) },
+		"renew no leases":       func() error { _, err := b.store.Renew(b.ctx, lease); return err },
+		"renew zero duration":   func() error { _, err := b.store.Renew(b.ctx, 0, held); return err },
+		"renew other queue":     func() error { _, err := b.store.Renew(b.ctx, lease, fromOther); return err },
+		"renew mixed owners":    func() error { _, err := b.store.Renew(b.ctx, lease, held, otherOwner); return err },
+		"renew duplicate lease": func() error { _, err := b.store.Renew(b.ctx, lease, held, held); return err },
+		"release nil":           func() error { _, err := b.store.Release(b.ctx, nil...); return err },
+		"release other queue":   func() error { _, err := b.store.Release(b.ctx, fromOther); return err },
+		"complete unclaimed":    func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
+		"complete other queue":  func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
+		"complete and claim bad request": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{held}, with(func(r *leasing.ClaimRequest) { r.BatchSize = 0 }))
+			return err
+		},
+		"complete and claim other queue": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{fromOther}, good)
+			return err
+		},
+		"complete and claim unclaimed": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{unclaimed}, good)
+			return err
+		},
+		"claim after nothing, bad owner": func() error {
+			_, _, err := b.store.CompleteAndClaim(b.ctx, nil, with(func(r *leasing.ClaimRequest) { r.Owner = "" }))
+			return err
+		},
+		"fail negative delay": func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
+		"fail none":           func() error { _, err := b.store.Fail(b.ctx); return err },
+		"dead-letter other":   func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
+		"enqueue none":        func() error { _, err := b.store.Enqueue(b.ctx); return err },
+		"enqueue payload too big": func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes+1)})
+			return err
+		},
+		"enqueue negative delay": func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Delay: -time.Second}); return err },
+		"enqueue bad headers":    func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Headers: []byte("[1]")}); return err },
+		"enqueue NUL in type":    func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Type: "a\x00b"}); return err },
+		"enqueue other queue field": func() error {
+			_, err := b.store.Enqueue(b.ctx, wrongField)
+			return err
+		},
+		"requeue no ids":   func() error { _, err := b.store.Requeue(b.ctx); return err },
+		"requeue dup ids":  func() error { _, err := b.store.Requeue(b.ctx, ids[0], ids[0]); return err },
+		"purge zero age":   func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{BatchSize: 1}); return err },
+		"purge zero batch": func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{OlderThan: time.Hour}); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, leasing.ErrInvalidArgument, name)
+		var argErr *leasing.ArgumentError
+		require.True(t, errors.As(err, &argErr), name)
+	}
+	// The payload limit itself is accepted.
+	_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes)})
+	require.NoError(t, err)
+	require.Equal(t, before, snapshot(t, b, ids))
+}
+
+// snapshot is the state of the rows ids plus the queue depth, as text.
+func snapshot(t *testing.T, b *bundle, ids []uuid.UUID) string {
+	t.Helper()
+	var sb strings.Builder
+	for _, id := range ids {
+		row, err := b.store.Get(b.ctx, id)
+		require.NoError(t, err)
+		fmt.Fprintf(&sb, "%+v\n", row)
+	}
+	st, err := b.store.Stats(b.ctx)
+	require.NoError(t, err)
+	fmt.Fprintf(&sb, "%v %d\n", st.Depth[b.q.InFlight()], st.ExpiredLeases)
+	return sb.String()
+}
