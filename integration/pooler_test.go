@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
@@ -145,4 +146,71 @@ func drain(t *testing.T, url string, q leasing.Queue, n int) time.Duration {
 		require.Equal(t, 1, handled[id], "message %s handled once", id)
 	}
 	return elapsed
+}
+
+// TestListenerThroughPgBouncer: through PgBouncer in transaction mode
+// LISTEN succeeds and then delivers nothing. The Listener finds out with
+// the notification it sends itself, reports it to OnError and Run returns
+// a *ListenerUndeliveredError instead of waiting forever. Connected to
+// PostgreSQL directly, the same Listener starts and wakes.
+func TestListenerThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	direct := dbtest.DatabaseURL(t)
+	for _, c := range []struct {
+		name string
+		url  string
+	}{
+		{"pgbouncer", withQueryMode(t, dbtest.PgBouncerURL(t, direct), poolerQueryMode)},
+		{"direct", direct},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := pgx.ParseConfig(c.url)
+			require.NoError(t, err)
+			var mu sync.Mutex
+			var reported []error
+			l, err := processor.NewListener(cfg, leasing.Inbox, processor.ListenerOptions{
+				ProbeWait: time.Second,
+				OnError: func(err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					reported = append(reported, err)
+				},
+			})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- l.Run(ctx) }()
+
+			if c.name == "direct" {
+				select {
+				case <-l.Wake():
+				case err := <-ran:
+					t.Fatalf("Run returned %v", err)
+				case <-time.After(10 * time.Second):
+					t.Fatal("no wake after LISTEN within 10s")
+				}
+				require.NotZero(t, l.BackendPID())
+				cancel()
+				require.NoError(t, <-ran)
+				require.Empty(t, reported)
+				return
+			}
+			select {
+			case err = <-ran:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return within 10s behind the pooler")
+			}
+			var undelivered *processor.ListenerUndeliveredError
+			require.ErrorAs(t, err, &undelivered)
+			require.Equal(t, leasing.Inbox.Channel(), undelivered.Channel)
+			require.Equal(t, time.Second, undelivered.Waited)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, reported, 1)
+			require.ErrorIs(t, reported[0], err)
+			require.Zero(t, l.BackendPID())
+		})
+	}
 }
