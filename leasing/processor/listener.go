@@ -91,8 +91,8 @@ func (e *ListenerUndeliveredError) Error() string {
 // channel a notification from a second, short-lived connection and
 // refuses to run (ListenerUndeliveredError) when it does not come back.
 // Every listener of the channel receives that notification and wakes
-// once. Wakes coalesce: the channel holds at
-// most one, however many notifications arrive. When the connection breaks
+// once. Wakes coalesce: the channel holds at most one, however many
+// notifications arrive. When the connection breaks
 // (network, server restart, pg_terminate_backend) Run reconnects with
 // capped exponential backoff and then wakes once, since rows may have
 // arrived while it was away. Give each Processor its own Listener: one
