@@ -47,3 +47,9 @@ bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
 lint: ## go vet and gofmt.
 	$(call in_modules,go vet ./...)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
+
+.PHONY: test-pg-newest
+test-pg-newest: ## Integration tests on the newest PostgreSQL major from npm (scripts/pg-newest.sh).
+	@url="$$(bash scripts/pg-newest.sh start)" && \
+	TEST_DATABASE_URL="$$url" go -C integration test -count=1 ./...; \
+	rc=$$?; bash scripts/pg-newest.sh stop; exit $$rc

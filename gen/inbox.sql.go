@@ -295,7 +295,11 @@ func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimT
 
 const inboxComplete = `-- name: InboxComplete :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
+    -- Ids arrive as text[], cast once to uuid[]: a Go []string is the one
+    -- array of ids that pgx encodes in every query mode, also in exec and
+    -- simple_protocol, which send without asking the server for the
+    -- parameter's type (behind a transaction pooler).
+    SELECT unnest(($2::text[])::uuid[]) AS message_id,
            unnest($3::bigint[]) AS lease_generation
 ), locked AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
@@ -344,7 +348,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 
 type InboxCompleteParams struct {
 	LeaseOwner       string
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	Now              *time.Time
 }
@@ -420,7 +424,7 @@ func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]InboxCount
 
 const inboxDeadLetter = `-- name: InboxDeadLetter :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation,
            unnest($3::text[]) AS last_error
 ), locked AS (
@@ -460,7 +464,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxDeadLetterParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	LastErrors       []string
 	Now              *time.Time
@@ -513,7 +517,7 @@ SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
 FROM (
     SELECT u.message_id, u.message_type, u.payload, u.headers, u.tenant_id, u.idempotency_key, u.delay, coalesce($1::timestamptz, clock_timestamp()) AS created_at
     FROM (
-        SELECT unnest($2::uuid[]) AS message_id,
+        SELECT unnest(($2::text[])::uuid[]) AS message_id,
                unnest($3::text[]) AS message_type,
                unnest($4::bytea[]) AS payload,
                unnest($5::text[]) AS headers,
@@ -528,7 +532,7 @@ RETURNING message_id
 
 type InboxEnqueueParams struct {
 	Now             *time.Time
-	MessageIds      []uuid.UUID
+	MessageIds      []string
 	MessageTypes    []string
 	Payloads        [][]byte
 	Headers         []string
@@ -582,7 +586,7 @@ type InboxEnqueueCopyParams struct {
 
 const inboxFail = `-- name: InboxFail :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation,
            unnest($3::interval[]) AS retry_delay,
            unnest($4::text[]) AS last_error
@@ -623,7 +627,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxFailParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	RetryDelays      []time.Duration
 	LastErrors       []string
@@ -899,7 +903,7 @@ func (q *Queries) InboxPurge(ctx context.Context, db DBTX, arg InboxPurgeParams)
 
 const inboxRelease = `-- name: InboxRelease :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
@@ -939,7 +943,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxReleaseParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	Now              *time.Time
 	LeaseOwner       string
@@ -987,7 +991,7 @@ WITH orphans AS (
     FROM inbox_messages
     WHERE status = 'processing'
       AND lease_owner = $1::text
-      AND NOT (message_id = ANY ($2::uuid[]))
+      AND NOT (message_id = ANY (($2::text[])::uuid[]))
     ORDER BY message_id
     FOR UPDATE SKIP LOCKED
 ), released AS (
@@ -1008,7 +1012,7 @@ SELECT message_id FROM released ORDER BY message_id
 
 type InboxReleaseOrphansParams struct {
 	LeaseOwner     string
-	HeldMessageIds []uuid.UUID
+	HeldMessageIds []string
 	Now            *time.Time
 }
 
@@ -1041,7 +1045,7 @@ func (q *Queries) InboxReleaseOrphans(ctx context.Context, db DBTX, arg InboxRel
 
 const inboxRenew = `-- name: InboxRenew :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
     -- The rows of this owner under the input's generation, locked in key
@@ -1074,7 +1078,7 @@ ORDER BY message_id
 `
 
 type InboxRenewParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	LeaseOwner       string
 	Now              *time.Time
@@ -1127,7 +1131,7 @@ WITH requeued AS (
         last_error       = NULL,
         dead_lettered_at = NULL
     WHERE status = 'dead_lettered'
-      AND ($2::boolean OR message_id = ANY ($3::uuid[]))
+      AND ($2::boolean OR message_id = ANY (($3::text[])::uuid[]))
     RETURNING message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id
@@ -1136,7 +1140,7 @@ SELECT message_id FROM requeued ORDER BY message_id
 type InboxRequeueParams struct {
 	Now        *time.Time
 	RequeueAll bool
-	MessageIds []uuid.UUID
+	MessageIds []string
 }
 
 // InboxRequeue moves dead-lettered inbox rows back to pending, due at once,

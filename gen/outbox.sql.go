@@ -329,7 +329,7 @@ func (q *Queries) OutboxCountByStatus(ctx context.Context, db DBTX) ([]OutboxCou
 
 const outboxDeadLetter = `-- name: OutboxDeadLetter :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation,
            unnest($3::text[]) AS last_error
 ), locked AS (
@@ -369,7 +369,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type OutboxDeadLetterParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	LastErrors       []string
 	Now              *time.Time
@@ -422,7 +422,7 @@ SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
 FROM (
     SELECT u.message_id, u.message_type, u.payload, u.headers, u.tenant_id, u.topic, u.delay, coalesce($1::timestamptz, clock_timestamp()) AS created_at
     FROM (
-        SELECT unnest($2::uuid[]) AS message_id,
+        SELECT unnest(($2::text[])::uuid[]) AS message_id,
                unnest($3::text[]) AS message_type,
                unnest($4::bytea[]) AS payload,
                unnest($5::text[]) AS headers,
@@ -436,7 +436,7 @@ RETURNING message_id
 
 type OutboxEnqueueParams struct {
 	Now          *time.Time
-	MessageIds   []uuid.UUID
+	MessageIds   []string
 	MessageTypes []string
 	Payloads     [][]byte
 	Headers      []string
@@ -490,7 +490,7 @@ type OutboxEnqueueCopyParams struct {
 
 const outboxFail = `-- name: OutboxFail :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation,
            unnest($3::interval[]) AS retry_delay,
            unnest($4::text[]) AS last_error
@@ -531,7 +531,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type OutboxFailParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	RetryDelays      []time.Duration
 	LastErrors       []string
@@ -769,7 +769,11 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 
 const outboxPublish = `-- name: OutboxPublish :many
 WITH input AS (
-    SELECT unnest($2::uuid[]) AS message_id,
+    -- Ids arrive as text[], cast once to uuid[]: a Go []string is the one
+    -- array of ids that pgx encodes in every query mode, also in exec and
+    -- simple_protocol, which send without asking the server for the
+    -- parameter's type (behind a transaction pooler).
+    SELECT unnest(($2::text[])::uuid[]) AS message_id,
            unnest($3::bigint[]) AS lease_generation
 ), locked AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
@@ -818,7 +822,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 
 type OutboxPublishParams struct {
 	LeaseOwner       string
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	Now              *time.Time
 }
@@ -898,7 +902,7 @@ func (q *Queries) OutboxPurge(ctx context.Context, db DBTX, arg OutboxPurgeParam
 
 const outboxRelease = `-- name: OutboxRelease :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
@@ -938,7 +942,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type OutboxReleaseParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	Now              *time.Time
 	LeaseOwner       string
@@ -986,7 +990,7 @@ WITH orphans AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_owner = $1::text
-      AND NOT (message_id = ANY ($2::uuid[]))
+      AND NOT (message_id = ANY (($2::text[])::uuid[]))
     ORDER BY message_id
     FOR UPDATE SKIP LOCKED
 ), released AS (
@@ -1007,7 +1011,7 @@ SELECT message_id FROM released ORDER BY message_id
 
 type OutboxReleaseOrphansParams struct {
 	LeaseOwner     string
-	HeldMessageIds []uuid.UUID
+	HeldMessageIds []string
 	Now            *time.Time
 }
 
@@ -1040,7 +1044,7 @@ func (q *Queries) OutboxReleaseOrphans(ctx context.Context, db DBTX, arg OutboxR
 
 const outboxRenew = `-- name: OutboxRenew :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS message_id,
+    SELECT unnest(($1::text[])::uuid[]) AS message_id,
            unnest($2::bigint[]) AS lease_generation
 ), locked AS (
     -- The rows of this owner under the input's generation, locked in key
@@ -1073,7 +1077,7 @@ ORDER BY message_id
 `
 
 type OutboxRenewParams struct {
-	MessageIds       []uuid.UUID
+	MessageIds       []string
 	LeaseGenerations []int64
 	LeaseOwner       string
 	Now              *time.Time
@@ -1126,7 +1130,7 @@ WITH requeued AS (
         last_error       = NULL,
         dead_lettered_at = NULL
     WHERE status = 'dead_lettered'
-      AND ($2::boolean OR message_id = ANY ($3::uuid[]))
+      AND ($2::boolean OR message_id = ANY (($3::text[])::uuid[]))
     RETURNING message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id
@@ -1135,7 +1139,7 @@ SELECT message_id FROM requeued ORDER BY message_id
 type OutboxRequeueParams struct {
 	Now        *time.Time
 	RequeueAll bool
-	MessageIds []uuid.UUID
+	MessageIds []string
 }
 
 // OutboxRequeue moves dead-lettered outbox rows back to pending, due at once,

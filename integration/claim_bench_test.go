@@ -23,7 +23,13 @@ import (
 // send uuids in binary (leasing.RegisterTypes), as the README recommends.
 func benchPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(dbtest.DatabaseURL(tb))
+	return benchPoolAt(tb, dbtest.DatabaseURL(tb))
+}
+
+// benchPoolAt is benchPool on the database at url.
+func benchPoolAt(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(tb, err)
 	cfg.AfterConnect = leasing.RegisterTypes
 	pool, err := pgxpool.NewWithConfig(tb.Context(), cfg)

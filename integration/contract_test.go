@@ -20,8 +20,15 @@ import (
 // PostgresOptions.Now.
 func TestPostgresContract(t *testing.T) {
 	t.Parallel()
+	runContract(t, dbtest.DatabaseURL)
+}
+
+// runContract runs the store contract with each case on the fresh database
+// that dbURL returns for it, as TestPostgresContract describes.
+func runContract(t *testing.T, dbURL func(testing.TB) string) {
+	t.Helper()
 	leasingtest.Run(t, func(t *testing.T) leasingtest.Env {
-		url := dbtest.DatabaseURL(t)
+		url := dbURL(t)
 		clock := leasingtest.NewClock(leasingtest.Start)
 		return leasingtest.Env{
 			Clock: clock,

@@ -30,7 +30,7 @@ import (
 // statement through and then die before its reply is read.
 type dropAfterCommit struct {
 	mu      sync.Mutex
-	trigger []byte // arm on a write that holds these bytes (a message id)
+	trigger []byte // arm on a write that holds these bytes (a message id as sent: its text form)
 	wait    func() // blocks until the statement's effect is visible
 	fired   atomic.Int32
 }

@@ -56,7 +56,7 @@ func TestFaultUnknownCommit(t *testing.T) {
 				require.NoError(t, err)
 				require.Len(t, ls, 1)
 				l := ls[0]
-				dropper.arm(l.Message.ID[:], waitStatus(t, url, q, l.Message.ID, w.status(q)))
+				dropper.arm([]byte(l.Message.ID.String()), waitStatus(t, url, q, l.Message.ID, w.status(q)))
 				fired := dropper.fired.Load()
 				_, err = w.do(ctx, store, l)
 				require.Error(t, err, "%s %s: the reply was lost", q, w.name)
@@ -84,7 +84,7 @@ func TestFaultUnknownCommit(t *testing.T) {
 			// fails the retry with ErrDuplicate and holds the row once.
 			id := uuid.New()
 			msg := leasing.NewMessage{ID: id}
-			dropper.arm(id[:], waitStatus(t, url, q, id, "pending"))
+			dropper.arm([]byte(id.String()), waitStatus(t, url, q, id, "pending"))
 			_, err = store.Enqueue(ctx, msg)
 			require.Error(t, err)
 			res, err := store.Enqueue(ctx, msg)

@@ -351,12 +351,12 @@ func explainWrite(t *testing.T, conn *pgx.Conn, sql, planMode, ids string) planN
 // BUFFERS) on tx, with the plan PostgreSQL has cached for it, for the
 // leases ids (a uuid[] literal) of owner 'seed' at generation 1. EXECUTE
 // takes literals, so each parameter gets one by its type: the statements
-// have at most one of each. The write takes effect in tx.
+// have at most one of each, but for text[], where the first is the ids and
+// a later one the error texts. The write takes effect in tx.
 func explainPrepared(t *testing.T, tx pgx.Tx, sd *pgconn.StatementDescription, ids string) planNode {
 	t.Helper()
 	n := strings.Count(ids, ",") + 1
 	literal := map[uint32]string{
-		pgtype.UUIDArrayOID:     pgQuote(ids) + "::uuid[]",
 		pgtype.Int8ArrayOID:     pgQuote("{"+strings.Repeat("1,", n-1)+"1}") + "::bigint[]",
 		pgtype.TextOID:          "'seed'",
 		pgtype.TimestamptzOID:   "NULL",
@@ -365,8 +365,12 @@ func explainPrepared(t *testing.T, tx pgx.Tx, sd *pgconn.StatementDescription, i
 		pgtype.TextArrayOID:     pgQuote("{"+strings.Repeat("e,", n-1)+"e}") + "::text[]",
 	}
 	args := make([]string, len(sd.ParamOIDs))
+	idsGiven := false
 	for i, oid := range sd.ParamOIDs {
 		l, ok := literal[oid]
+		if oid == pgtype.TextArrayOID && !idsGiven {
+			l, idsGiven = pgQuote(ids)+"::text[]", true
+		}
 		require.True(t, ok, "parameter $%d has type oid %d: add a literal for it", i+1, oid)
 		args[i] = l
 	}

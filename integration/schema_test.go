@@ -48,6 +48,7 @@ SELECT line FROM (
     JOIN pg_catalog.pg_class AS c ON c.oid = co.conrelid
     JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
     WHERE n.nspname = 'public' AND c.relname NOT IN ('goose_db_version', 'leasestore_db_version')
+      AND co.contype <> 'n' -- NOT NULL (catalogued from PostgreSQL 18): in the column lines
   UNION ALL
     SELECT 4, t.relname::text, ic.relname::text,
            'index ' || ic.relname || ' ' || pg_catalog.pg_get_indexdef(i.indexrelid)

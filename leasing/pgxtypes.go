@@ -11,11 +11,11 @@ import (
 
 // RegisterTypes teaches conn's type map to send and read github.com/google/uuid
 // values as binary PostgreSQL uuid. Without it pgx goes through the
-// database/sql methods of uuid.UUID: every id is formatted as a string and
-// parsed back, and every id sent in an array first fails a binary encode
-// whose error message is built and thrown away. With it a drain in batches
-// of 100 spends about half as much client CPU. Stores work the same either
-// way. Use it as (or call it from) pgxpool.Config.AfterConnect:
+// database/sql methods of uuid.UUID: every id a query returns (one per
+// claimed or written message) is formatted as a string and parsed back.
+// Stores work the same either way, in every pgx query mode: the queue
+// queries take their arrays of ids as text[], which pgx encodes without
+// any registration. Use it as (or call it from) pgxpool.Config.AfterConnect:
 //
 //	cfg.AfterConnect = leasing.RegisterTypes
 //

@@ -43,6 +43,12 @@ var _ Store = (*Postgres)(nil)
 // NewPostgres returns the store for queue q over pool. The schema must be
 // migrated (db.MigrateUp).
 //
+// The pool may use any pgx query exec mode, and may go through a
+// transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy): no call relies
+// on session state between transactions. Behind such a pooler set
+// default_query_exec_mode=exec (or cache_describe, or simple_protocol);
+// cache_statement and describe_exec need a session of their own.
+//
 // Errors: an *ArgumentError for a nil pool or an unknown queue.
 func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, error) {
 	if pool == nil {

@@ -135,6 +135,18 @@ func columnsOf(msgs []NewMessage) enqueueColumns {
 	return c
 }
 
+// idTexts is ids as the text[] parameters of the queue queries: the
+// canonical text form of each id, in order, never nil. pgx encodes a
+// []string in every query mode without knowing the parameter's type;
+// see db/queries/queue.sql.tmpl.
+func idTexts(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
 // nullable is s as a nullable text parameter: nil for "".
 func nullable(s string) *string {
 	if s == "" {

@@ -38,7 +38,7 @@ func (a inboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]
 
 func (a inboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error) {
 	rows, err := a.q.InboxRenew(ctx, db, gen.InboxRenewParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, LeaseOwner: f.owner, Now: f.now, LeaseFor: leaseFor,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LeaseOwner: f.owner, Now: f.now, LeaseFor: leaseFor,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -52,7 +52,7 @@ func (a inboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor 
 
 func (a inboxSQL) release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxRelease(ctx, db, gen.InboxReleaseParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -61,13 +61,13 @@ func (a inboxSQL) release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Mess
 }
 
 func (a inboxSQL) releaseOrphans(ctx context.Context, db gen.DBTX, now *time.Time, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
-	ids, err := a.q.InboxReleaseOrphans(ctx, db, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: held, Now: now})
+	ids, err := a.q.InboxReleaseOrphans(ctx, db, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: idTexts(held), Now: now})
 	return ids, mapErr(err)
 }
 
 func (a inboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxComplete(ctx, db, gen.InboxCompleteParams{
-		LeaseOwner: f.owner, MessageIds: f.ids, LeaseGenerations: f.generations, Now: f.now,
+		LeaseOwner: f.owner, MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -77,7 +77,7 @@ func (a inboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Mes
 
 func (a inboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxFail(ctx, db, gen.InboxFailParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
 		LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
@@ -88,7 +88,7 @@ func (a inboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageO
 
 func (a inboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxDeadLetter(ctx, db, gen.InboxDeadLetterParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -97,7 +97,7 @@ func (a inboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]Me
 }
 
 func (a inboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error) {
-	requeued, err := a.q.InboxRequeue(ctx, db, gen.InboxRequeueParams{Now: now, RequeueAll: all, MessageIds: ids})
+	requeued, err := a.q.InboxRequeue(ctx, db, gen.InboxRequeueParams{Now: now, RequeueAll: all, MessageIds: idTexts(ids)})
 	return requeued, mapErr(err)
 }
 
@@ -144,7 +144,7 @@ func (a inboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, id
 func (a inboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
 	c := columnsOf(msgs)
 	ids, err := a.q.InboxEnqueue(ctx, db, gen.InboxEnqueueParams{
-		Now: now, MessageIds: c.ids, MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
+		Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
 		TenantIds: c.tenants, IdempotencyKeys: c.idempotencyKeys, Delays: c.delays,
 	})
 	return ids, mapErr(err)
@@ -237,7 +237,7 @@ func (a outboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([
 
 func (a outboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error) {
 	rows, err := a.q.OutboxRenew(ctx, db, gen.OutboxRenewParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, LeaseOwner: f.owner, Now: f.now, LeaseFor: leaseFor,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LeaseOwner: f.owner, Now: f.now, LeaseFor: leaseFor,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -251,7 +251,7 @@ func (a outboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor
 
 func (a outboxSQL) release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxRelease(ctx, db, gen.OutboxReleaseParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -260,13 +260,13 @@ func (a outboxSQL) release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Mes
 }
 
 func (a outboxSQL) releaseOrphans(ctx context.Context, db gen.DBTX, now *time.Time, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
-	ids, err := a.q.OutboxReleaseOrphans(ctx, db, gen.OutboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: held, Now: now})
+	ids, err := a.q.OutboxReleaseOrphans(ctx, db, gen.OutboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: idTexts(held), Now: now})
 	return ids, mapErr(err)
 }
 
 func (a outboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxPublish(ctx, db, gen.OutboxPublishParams{
-		LeaseOwner: f.owner, MessageIds: f.ids, LeaseGenerations: f.generations, Now: f.now,
+		LeaseOwner: f.owner, MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -276,7 +276,7 @@ func (a outboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Me
 
 func (a outboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxFail(ctx, db, gen.OutboxFailParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
 		LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
@@ -287,7 +287,7 @@ func (a outboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]Message
 
 func (a outboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxDeadLetter(ctx, db, gen.OutboxDeadLetterParams{
-		MessageIds: f.ids, LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -296,7 +296,7 @@ func (a outboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]M
 }
 
 func (a outboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error) {
-	requeued, err := a.q.OutboxRequeue(ctx, db, gen.OutboxRequeueParams{Now: now, RequeueAll: all, MessageIds: ids})
+	requeued, err := a.q.OutboxRequeue(ctx, db, gen.OutboxRequeueParams{Now: now, RequeueAll: all, MessageIds: idTexts(ids)})
 	return requeued, mapErr(err)
 }
 
@@ -343,7 +343,7 @@ func (a outboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, i
 func (a outboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
 	c := columnsOf(msgs)
 	ids, err := a.q.OutboxEnqueue(ctx, db, gen.OutboxEnqueueParams{
-		Now: now, MessageIds: c.ids, MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
+		Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
 		TenantIds: c.tenants, Topics: c.topics, Delays: c.delays,
 	})
 	return ids, mapErr(err)

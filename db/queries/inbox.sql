@@ -154,7 +154,11 @@ ORDER BY status;
 -- lease; lost when the lease moved on; not_found.
 -- name: InboxComplete :many
 WITH input AS (
-    SELECT unnest(@message_ids::uuid[]) AS message_id,
+    -- Ids arrive as text[], cast once to uuid[]: a Go []string is the one
+    -- array of ids that pgx encodes in every query mode, also in exec and
+    -- simple_protocol, which send without asking the server for the
+    -- parameter's type (behind a transaction pooler).
+    SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
     -- Lock in key order so that concurrent batches never deadlock; the locked
@@ -206,7 +210,7 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id;
 -- had already dead-lettered it (outcome_generation and outcome record that).
 -- name: InboxDeadLetter :many
 WITH input AS (
-    SELECT unnest(@message_ids::uuid[]) AS message_id,
+    SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@last_errors::text[]) AS last_error
 ), locked AS (
@@ -260,7 +264,7 @@ SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
 FROM (
     SELECT u.*, coalesce(sqlc.narg('now')::timestamptz, clock_timestamp()) AS created_at
     FROM (
-        SELECT unnest(@message_ids::uuid[]) AS message_id,
+        SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
                unnest(@message_types::text[]) AS message_type,
                unnest(@payloads::bytea[]) AS payload,
                unnest(@headers::text[]) AS headers,
@@ -285,7 +289,7 @@ VALUES ($1, $2, $3, $4, $5, $6);
 -- lease had already failed it.
 -- name: InboxFail :many
 WITH input AS (
-    SELECT unnest(@message_ids::uuid[]) AS message_id,
+    SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@retry_delays::interval[]) AS retry_delay,
            unnest(@last_errors::text[]) AS last_error
@@ -397,7 +401,7 @@ WHERE message_id IN (
 -- had already released it (outcome_generation and outcome record that).
 -- name: InboxRelease :many
 WITH input AS (
-    SELECT unnest(@message_ids::uuid[]) AS message_id,
+    SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
@@ -448,7 +452,7 @@ WITH orphans AS (
     FROM inbox_messages
     WHERE status = 'processing'
       AND lease_owner = @lease_owner::text
-      AND NOT (message_id = ANY (@held_message_ids::uuid[]))
+      AND NOT (message_id = ANY ((@held_message_ids::text[])::uuid[]))
     ORDER BY message_id
     FOR UPDATE SKIP LOCKED
 ), released AS (
@@ -472,7 +476,7 @@ SELECT message_id FROM released ORDER BY message_id;
 -- message_id order; inputs absent from the result have lost their lease.
 -- name: InboxRenew :many
 WITH input AS (
-    SELECT unnest(@message_ids::uuid[]) AS message_id,
+    SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation
 ), locked AS (
     -- The rows of this owner under the input's generation, locked in key
@@ -519,7 +523,7 @@ WITH requeued AS (
         last_error       = NULL,
         dead_lettered_at = NULL
     WHERE status = 'dead_lettered'
-      AND (@requeue_all::boolean OR message_id = ANY (@message_ids::uuid[]))
+      AND (@requeue_all::boolean OR message_id = ANY ((@message_ids::text[])::uuid[]))
     RETURNING message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id;

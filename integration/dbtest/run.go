@@ -200,6 +200,7 @@ func (w mainM) Run() int {
 		}
 	}()
 	code := w.m.Run()
+	stopPgBouncer()
 	signal.Stop(sigs)
 	close(done)
 	<-stopped

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -16,7 +18,12 @@ import (
 const (
 	DefaultListenerMinBackoff = 100 * time.Millisecond
 	DefaultListenerMaxBackoff = 30 * time.Second
+	DefaultListenerProbeWait  = 5 * time.Second
 )
+
+// listenerProbePrefix starts the payload of the notification a Listener
+// sends itself after each LISTEN; a random suffix tells its own apart.
+const listenerProbePrefix = "leasestore-listener-probe:"
 
 // listenerCloseTimeout bounds closing a listener connection.
 const listenerCloseTimeout = 5 * time.Second
@@ -44,15 +51,48 @@ type ListenerOptions struct {
 	// MaxBackoff caps the reconnect wait, >= MinBackoff. Defaults to 30
 	// seconds.
 	MaxBackoff time.Duration
+	// ProbeWait is how long the listener waits, after each LISTEN, for
+	// the notification it sends itself from a second connection, > 0.
+	// When it does not arrive the connection cannot deliver notifications
+	// and Run returns a *ListenerUndeliveredError. Defaults to 5 seconds.
+	ProbeWait time.Duration
 	// OnError, when not nil, receives connection errors before each
-	// reconnect wait. It is called from Run's goroutine.
+	// reconnect wait, and the *ListenerUndeliveredError before Run returns
+	// it. It is called from Run's goroutine.
 	OnError func(error)
+}
+
+// ListenerUndeliveredError is what Listener.Run returns when LISTEN
+// succeeded but a notification sent to the channel from another
+// connection did not arrive within ListenerOptions.ProbeWait: the
+// connection does not deliver notifications. A transaction-mode pooler
+// (PgBouncer, Supavisor, RDS Proxy, a pooled Neon endpoint) does that: it
+// runs LISTEN on a server session and hands the session to other clients.
+// Point the Listener's connection config at PostgreSQL itself.
+type ListenerUndeliveredError struct {
+	// Channel is the channel LISTENed on.
+	Channel string
+	// Waited is how long the listener waited for its notification.
+	Waited time.Duration
+}
+
+// Error says what did not arrive and what to do.
+func (e *ListenerUndeliveredError) Error() string {
+	return fmt.Sprintf("processor: LISTEN on %s succeeded but a notification sent to it did not arrive within %s; "+
+		"the connection cannot deliver notifications (a transaction-mode pooler?): connect the Listener to PostgreSQL directly",
+		e.Channel, e.Waited)
 }
 
 // Listener is a WorkSignal fed by PostgreSQL: it LISTENs on a queue's
 // channel over a dedicated connection (not from a pool) and wakes its
-// processor on every notification. Wakes coalesce: the channel holds at
-// most one, however many notifications arrive. When the connection breaks
+// processor on every notification. LISTEN holds a server session, so the
+// connection must reach PostgreSQL directly, not through a
+// transaction-mode pooler: after each LISTEN the listener sends the
+// channel a notification from a second, short-lived connection and
+// refuses to run (ListenerUndeliveredError) when it does not come back.
+// Every listener of the channel receives that notification and wakes
+// once. Wakes coalesce: the channel holds at most one, however many
+// notifications arrive. When the connection breaks
 // (network, server restart, pg_terminate_backend) Run reconnects with
 // capped exponential backoff and then wakes once, since rows may have
 // arrived while it was away. Give each Processor its own Listener: one
@@ -69,8 +109,10 @@ type Listener struct {
 var _ WorkSignal = (*Listener)(nil)
 
 // NewListener returns a listener for queue q that connects with a copy of
-// config (e.g. pool.Config().ConnConfig) and LISTENs on q.Channel(). Call
-// Run to start it.
+// config and LISTENs on q.Channel(). Call Run to start it. config must
+// reach PostgreSQL directly: pool.Config().ConnConfig when the pool does,
+// else a config of its own (pgx.ParseConfig of the server's URL) while
+// the pool goes through the pooler.
 //
 // Errors: a *leasing.ArgumentError for a nil config, an unknown queue or
 // bad options.
@@ -90,6 +132,12 @@ func NewListener(config *pgx.ConnConfig, q leasing.Queue, opts ListenerOptions) 
 	if opts.MinBackoff < 0 || opts.MaxBackoff < opts.MinBackoff {
 		return nil, argumentError("listener backoff", "need 0 < min <= max, got %s and %s", opts.MinBackoff, opts.MaxBackoff)
 	}
+	if opts.ProbeWait == 0 {
+		opts.ProbeWait = DefaultListenerProbeWait
+	}
+	if err := leasing.ValidatePositive("listener probe wait", opts.ProbeWait); err != nil {
+		return nil, err
+	}
 	return &Listener{config: config.Copy(), channel: q.Channel(), opts: opts, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -105,11 +153,14 @@ func (l *Listener) Channel() string { return l.channel }
 // and between a broken connection and the next successful LISTEN.
 func (l *Listener) BackendPID() uint32 { return l.pid.Load() }
 
-// Run connects, LISTENs and wakes on notifications until ctx is cancelled,
-// reconnecting after every connection error; it then closes the
-// connection and returns nil.
+// Run connects, LISTENs, checks that notifications arrive and wakes on
+// them until ctx is cancelled, reconnecting after every connection error;
+// it then closes the connection and returns nil.
 //
-// Errors: an error at once when Run is already running on l.
+// Errors: an error at once when Run is already running on l; a
+// *ListenerUndeliveredError, after passing it to OnError, when a
+// connection accepted LISTEN but did not deliver the listener's own
+// notification.
 func (l *Listener) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return errors.New("processor: listener already running")
@@ -120,6 +171,13 @@ func (l *Listener) Run(ctx context.Context) error {
 		err := l.listen(ctx, func() { backoff = l.opts.MinBackoff })
 		if ctx.Err() != nil {
 			return nil
+		}
+		var undelivered *ListenerUndeliveredError
+		if errors.As(err, &undelivered) {
+			if l.opts.OnError != nil {
+				l.opts.OnError(err)
+			}
+			return err
 		}
 		if l.opts.OnError != nil {
 			l.opts.OnError(fmt.Errorf("processor: listen on %s: %w", l.channel, err))
@@ -132,7 +190,7 @@ func (l *Listener) Run(ctx context.Context) error {
 }
 
 // listen holds one connection until it fails or ctx ends; it calls
-// connected once LISTEN is in place.
+// connected once LISTEN is in place and delivers.
 func (l *Listener) listen(ctx context.Context, connected func()) error {
 	conn, err := pgx.ConnectConfig(ctx, l.config.Copy())
 	if err != nil {
@@ -147,6 +205,9 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 	// LISTEN takes no parameters; the channel is one of our two fixed
 	// names, quoted as an identifier.
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, conn); err != nil {
 		return err
 	}
 	l.pid.Store(conn.PgConn().PID())
@@ -165,5 +226,43 @@ func (l *Listener) signal() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
+	}
+}
+
+// probe sends the channel a notification with a payload of its own from a
+// second connection and waits for it on conn, which LISTENs. The second
+// connection matters: a session receives its own notifications, and
+// behind a transaction pooler the probe could run on the very server
+// session that ran LISTEN and come back with the reply. Other
+// notifications that arrive meanwhile wake the processor as usual.
+//
+// Errors: a *ListenerUndeliveredError when the probe does not arrive
+// within ProbeWait; else a connection error.
+func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
+	payload := listenerProbePrefix + rand.Text()
+	sender, err := pgx.ConnectConfig(ctx, l.config.Copy())
+	if err != nil {
+		return err
+	}
+	err = gen.New().SignalProbe(ctx, sender, gen.SignalProbeParams{Channel: l.channel, Payload: payload})
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listenerCloseTimeout)
+	_ = sender.Close(closeCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, l.opts.ProbeWait)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(waitCtx)
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(waitCtx.Err(), context.DeadlineExceeded):
+			return &ListenerUndeliveredError{Channel: l.channel, Waited: l.opts.ProbeWait}
+		case err != nil:
+			return err
+		case n.Payload == payload:
+			return nil
+		}
+		l.signal()
 	}
 }
