@@ -39,22 +39,9 @@ func BenchmarkQueryModes(b *testing.B) {
 				require.NoError(b, err)
 				req := leasing.ClaimRequest{Owner: leasing.NewOwner("bench"), BatchSize: 10, LeaseFor: time.Minute}
 
-				var messages int
-				var held []leasing.Lease
 				cpu0, _ := bench.ProcessCPU()
 				b.ResetTimer()
-				for b.Loop() {
-					res, next, err := store.CompleteAndClaim(ctx, held, req)
-					require.NoError(b, err)
-					require.NoError(b, res.Err())
-					messages += len(held)
-					held = next
-					if len(held) == 0 {
-						b.StopTimer()
-						benchRefill(b, filler, benchLoopRows)
-						b.StartTimer()
-					}
-				}
+				messages := completeAndClaimLoop(ctx, b, store, filler, req)
 				cpu1, _ := bench.ProcessCPU()
 				b.ReportMetric(float64(messages)/b.Elapsed().Seconds(), "msgs/s")
 				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(max(messages, 1)), "client-µs/msg")
