@@ -80,7 +80,9 @@ type e2eStore struct {
 	claims  atomic.Int64 // Claim calls that returned without error
 
 	mu      sync.Mutex
-	batches [][]uuid.UUID // ids of each non-empty claim, in claim order
+	batches [][]uuid.UUID     // ids of each non-empty claim, in claim order
+	renews  int               // Renew calls
+	renewed map[uuid.UUID]int // Renew calls that carried each message
 }
 
 func (s *e2eStore) Claim(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error) {
@@ -108,7 +110,24 @@ func (s *e2eStore) Renew(ctx context.Context, d time.Duration, leases ...leasing
 	if s.crashed.Load() {
 		return leasing.RenewResult{}, errE2ECrashed
 	}
+	s.mu.Lock()
+	s.renews++
+	if s.renewed == nil {
+		s.renewed = map[uuid.UUID]int{}
+	}
+	for _, l := range leases {
+		s.renewed[l.Message.ID]++
+	}
+	s.mu.Unlock()
 	return s.Store.Renew(ctx, d, leases...)
+}
+
+// renewCounts returns how many Renew calls were sent, and how many of them
+// carried message id.
+func (s *e2eStore) renewCounts(id uuid.UUID) (calls, carried int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renews, s.renewed[id]
 }
 
 func (s *e2eStore) Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {

@@ -38,13 +38,15 @@ func TestProcessorEndToEnd(t *testing.T) {
 // testProcessorEndToEnd runs every end-to-end case on queue q, topic by
 // topic: delivery (processor_e2e_delivery_test.go), retries and dead letters
 // (processor_e2e_retry_test.go), lease loss and heartbeat
-// (processor_e2e_lease_test.go), shutdown (processor_e2e_shutdown_test.go)
+// (processor_e2e_lease_test.go), handler timeouts
+// (processor_e2e_timeout_test.go), shutdown (processor_e2e_shutdown_test.go)
 // and metrics (processor_e2e_metrics_test.go). The helpers are in
 // processor_e2e_setup_test.go.
 func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 	testE2ESuccess(t, q)
 	testE2ERetries(t, q)
 	testE2ELeaseLoss(t, q)
+	testE2EHandlerTimeout(t, q)
 	testE2EShutdown(t, q)
 	testE2EDisjointClaims(t, q)
 	testE2EMetrics(t, q)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -203,13 +204,33 @@ func flagError(err error) error {
 func (c *cli) storeError(err error) error {
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
-		return fmt.Errorf("cannot reach PostgreSQL at %s: %w", describeURL(c.databaseURL), err)
+		return &unreachableError{server: describeURL(c.databaseURL), err: err}
 	}
 	return flagError(schemaHint(err))
 }
 
-// poolConfig parses the database URL.
+// unreachableError is a failure to connect to server (user@host:port/db):
+// exit status 1. Its message lists each failed attempt once.
+type unreachableError struct {
+	server string
+	err    error
+}
+
+// Error returns "cannot reach PostgreSQL at <server>: <err>", each dial
+// error of err once (pgadmin.ErrorText).
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach PostgreSQL at %s: %s", e.server, pgadmin.ErrorText(e.err))
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// poolConfig parses the database URL. A URL of another scheme than
+// postgres:// or postgresql:// is a usage error that says so; no message
+// prints the URL's password.
 func (c *cli) poolConfig() (*pgxpool.Config, error) {
+	if err := pgadmin.CheckScheme(c.databaseURL); err != nil {
+		return nil, usagef("bad database URL: %v", err)
+	}
 	cfg, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {
 		return nil, usagef("bad database URL: %v", err)
@@ -255,7 +276,7 @@ func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", describe(cfg.ConnConfig), err)
+		return nil, &unreachableError{server: describe(cfg.ConnConfig), err: err}
 	}
 	return pool, nil
 }

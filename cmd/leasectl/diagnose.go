@@ -35,7 +35,9 @@ func runDoctor(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	connect := func(ctx context.Context) (*pgxpool.Pool, error) { return openPool(ctx, cfg) }
-	return statusOf(doctor.Main(ctx, connect, args, c.stdout, c.stderr))
+	// --database-url is taken out of args above; registering it again only
+	// lists it in the usage.
+	return statusOf(doctor.Main(ctx, connect, args, c.stdout, c.stderr, c.addDatabaseFlag))
 }
 
 // runBench fills a database of its own and drains it through the leasing
@@ -45,5 +47,8 @@ func runBench(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return statusOf(bench.Main(ctx, c.databaseURL, args, c.stdout, c.stderr))
+	if _, err := c.poolConfig(); err != nil { // a bad URL is a usage error, like a bad flag
+		return err
+	}
+	return statusOf(bench.Main(ctx, c.databaseURL, args, c.stdout, c.stderr, c.addDatabaseFlag))
 }

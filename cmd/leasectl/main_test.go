@@ -108,6 +108,14 @@ func TestUsage(t *testing.T) {
 		require.Equal(t, 0, r.code)
 		require.Contains(t, r.stderr, "-older-than")
 	})
+	t.Run("DoctorAndBenchListDatabaseURL", func(t *testing.T) {
+		for _, args := range [][]string{{"doctor", "--help"}, {"bench", "--help"}, {"help", "doctor"}, {"help", "bench"}} {
+			r := leasectl(t, args...)
+			require.Equal(t, 0, r.code, args)
+			require.Contains(t, r.stdout+r.stderr, "-database-url URL", args)
+			require.Contains(t, r.stdout+r.stderr, "$DATABASE_URL", args)
+		}
+	})
 	t.Run("UnknownCommand", func(t *testing.T) {
 		r := leasectl(t, "frobnicate")
 		require.Equal(t, 2, r.code)
@@ -175,6 +183,10 @@ var badFlagCases = []struct {
 	{"MigrateUnknownAction", []string{"migrate", "sideways"}, `unknown migrate action "sideways"`},
 	{"MigrateTwoActions", []string{"migrate", "up", "down"}, `unexpected argument "down"`},
 	{"ServeUnknownQueue", []string{"serve", "--queue", "x"}, "inbox or outbox"},
+	{"ServeMetricsAddrNonsense", []string{"serve", "--metrics-addr", "nonsense"}, "--metrics-addr must be [host]:port"},
+	{"ServeMetricsAddrPortTooLarge", []string{"serve", "--metrics-addr", ":99999"}, "port must be 0..65535"},
+	{"ServeMetricsAddrNoPort", []string{"serve", "--metrics-addr", "127.0.0.1:"}, "port must be"},
+	{"ServeMetricsAddrUnknownService", []string{"serve", "--metrics-addr", "localhost:nosuchservice"}, "port must be"},
 	{"EmptyDatabaseURL", []string{"stats", "--database-url", ""}, "-database-url"},
 }
 
@@ -270,6 +282,61 @@ func TestUnreachableServer(t *testing.T) {
 	r := leasectl(t, "stats", "--database-url", unreachableURL(t))
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "cannot reach PostgreSQL")
+}
+
+// TestUnreachableServerSaysItOnce: with sslmode=prefer (the default) pgx
+// dials twice, with and without TLS; the refusal is printed once, the
+// password never, for each way of connecting (the pool checked at once,
+// the lazy pool of a store call, doctor's and bench's own).
+func TestUnreachableServerSaysItOnce(t *testing.T) {
+	t.Parallel()
+	port, err := freePort()
+	require.NoError(t, err)
+	url := fmt.Sprintf("postgres://postgres:s3cret@127.0.0.1:%d/postgres?connect_timeout=2", port)
+	for _, args := range [][]string{
+		{"stats"}, {"migrate", "status"}, {"requeue", "--queue", "inbox", "--all"},
+		{"doctor"}, {"bench", "--messages", "10", "--no-raw"},
+	} {
+		r := leasectl(t, append(args, "--database-url", url)...)
+		require.Equal(t, 1, r.code, "%v: stderr:\n%s", args, r.stderr)
+		require.Equal(t, 1, strings.Count(r.stderr, "connection refused"), "%v: stderr:\n%s", args, r.stderr)
+		require.NotContains(t, r.stderr, "s3cret", args)
+		require.Empty(t, r.stdout, args)
+	}
+}
+
+// TestDatabaseURLScheme: a URL of another database is bad input (exit 2,
+// nothing tried) that names the scheme expected, and never prints the
+// password, nor the URL pgx could not parse.
+func TestDatabaseURLScheme(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"mysql://root:s3cret@db.example:3306/app", "http://root:s3cret@db.example/", "root:s3cret@db.example://app"} {
+		for _, args := range [][]string{
+			{"stats"}, {"migrate", "up"}, {"enqueue", "--queue", "inbox"}, {"requeue", "--queue", "inbox", "--all"},
+			{"serve"}, {"doctor"}, {"bench"},
+		} {
+			r := leasectl(t, append(args, "--database-url", u)...)
+			require.Equal(t, 2, r.code, "%s %v: stderr:\n%s", u, args, r.stderr)
+			require.Contains(t, r.stderr, "scheme must be postgres:// or postgresql://", args)
+			require.NotContains(t, r.stderr, "s3cret", args)
+			require.NotContains(t, r.stderr, "db.example", args)
+			require.Empty(t, r.stdout, args)
+		}
+	}
+	r := leasectl(t, "--database-url", "mysql://root:s3cret@db.example:3306/app", "stats")
+	require.Contains(t, r.stderr, "got mysql://")
+
+	r = leasectl(t, "--database-url", "POSTGRES://u:s3cret@db.example/d", "stats")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "got POSTGRES://", "pgx takes the scheme in lower case only")
+	require.NotContains(t, r.stderr, "s3cret")
+
+	for _, u := range []string{"postgres://u@h/d", "postgresql://u@h/d", "host=h user=u dbname=d"} {
+		c := newCLI(io.Discard, io.Discard, func(string) string { return "" })
+		c.databaseURL = u
+		_, err := c.poolConfig()
+		require.NoError(t, err, u)
+	}
 }
 
 // TestEnqueueStats enqueues on both queues (one batch and more than one) and reads stats as JSON and text.
@@ -399,8 +466,25 @@ func TestRequeue(t *testing.T) {
 	out = requireOK(t, "requeue", "--queue", "outbox", "--all", "--database-url", url)
 	require.Contains(t, out, "requested 0, requeued 0")
 
-	out = requireOK(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--database-url", url)
-	require.Contains(t, out, "requested 2, requeued 1")
+	type requeueOut struct {
+		Queue       string      `json:"queue"`
+		Requested   int         `json:"requested"`
+		Requeued    int         `json:"requeued"`
+		RequeuedIDs []uuid.UUID `json:"requeued_ids"`
+		NotRequeued []uuid.UUID `json:"not_requeued"`
+	}
+	var all requeueOut
+	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "requeue", "--queue", "outbox", "--all", "--json", "--database-url", url)), &all))
+	require.Equal(t, requeueOut{Queue: "outbox", RequeuedIDs: []uuid.UUID{}, NotRequeued: []uuid.UUID{}}, all)
+
+	var got requeueOut
+	missing := uuid.New()
+	out = requireOK(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--id", missing.String(), "--json", "--database-url", url)
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, requeueOut{
+		Queue: "inbox", Requested: 3, Requeued: 1, RequeuedIDs: []uuid.UUID{dead}, NotRequeued: []uuid.UUID{pending, missing},
+	}, got, "the ids left alone are listed, in the order given")
+	require.Contains(t, out, `"not_requeued"`)
 	row, err := store.Get(ctx, dead)
 	require.NoError(t, err)
 	require.Equal(t, leasing.StatusPending, row.Status)
@@ -531,6 +615,11 @@ func TestDoctorAndBenchFlags(t *testing.T) {
 		{[]string{"doctor", "--batch", "0", "--database-url", unreachable}, "batch must be"},
 		{[]string{"doctor", "--database-url=" + unreachable, "--queue", "x"}, "inbox or outbox"},
 		{[]string{"doctor", "--database-url", "postgres://%zz"}, "bad database URL"},
+		{[]string{"doctor", "--max-oldest-due", "-1m", "--database-url", unreachable}, "--max-oldest-due must be positive, got -1m0s"},
+		{[]string{"doctor", "--max-oldest-due", "0s", "--database-url", unreachable}, "--max-oldest-due must be positive"},
+		{[]string{"doctor", "--max-xact-age", "-5m", "--database-url", unreachable}, "--max-xact-age must be positive"},
+		{[]string{"doctor", "--max-dead-tuples", "-1", "--database-url", unreachable}, "--max-dead-tuples must be at least 1"},
+		{[]string{"doctor", "--max-claim-buffers", "-1", "--database-url", unreachable}, "--max-claim-buffers must be >= 0"},
 		{[]string{"bench", "--database-url", unreachable, "--rounds", "21"}, "rounds must be"},
 		{[]string{"bench", "--messages", "10", "--database-url"}, "flag needs an argument"},
 		{[]string{"bench", "--rounds", "0", "--database-url", unreachable}, "--rounds must not be 0"},

@@ -29,7 +29,7 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 		return nil
 	})
 	all := fs.Bool("all", false, "requeue every dead-lettered message of the queue")
-	asJSON := fs.Bool("json", false, "print the result, with the requeued ids, as JSON")
+	asJSON := fs.Bool("json", false, "print the result as JSON, with the requeued ids and, for --id, those left alone (not_requeued)")
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
@@ -62,29 +62,38 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return c.storeError(err)
 	}
+	left := notRequeued(ids, res.Requeued)
 	if *asJSON {
 		return writeJSON(c.stdout, struct {
 			Queue       leasing.Queue `json:"queue"`
 			Requested   int           `json:"requested"`
 			Requeued    int           `json:"requeued"`
 			RequeuedIDs []uuid.UUID   `json:"requeued_ids"`
-		}{q, res.Requested, len(res.Requeued), res.Requeued})
+			NotRequeued []uuid.UUID   `json:"not_requeued"`
+		}{q, res.Requested, len(res.Requeued), res.Requeued, left})
 	}
 	fmt.Fprintf(c.stdout, "requested %d, requeued %d\n", res.Requested, len(res.Requeued))
-	if len(ids) > len(res.Requeued) {
-		done := make(map[uuid.UUID]bool, len(res.Requeued))
-		for _, id := range res.Requeued {
-			done[id] = true
-		}
-		var left []uuid.UUID
-		for _, id := range ids {
-			if !done[id] {
-				left = append(left, id)
-			}
-		}
+	if len(left) > 0 {
 		fmt.Fprintf(c.stdout, "left alone (not dead-lettered, or no such message): %s\n", joinIDs(left, 10))
 	}
 	return nil
+}
+
+// notRequeued returns the ids of asked, in order, that requeued lacks: the
+// messages a requeue by id left alone (not dead-lettered, or no such
+// message). Never nil, so that JSON shows []; empty for --all.
+func notRequeued(asked, requeued []uuid.UUID) []uuid.UUID {
+	done := make(map[uuid.UUID]bool, len(requeued))
+	for _, id := range requeued {
+		done[id] = true
+	}
+	left := []uuid.UUID{}
+	for _, id := range asked {
+		if !done[id] {
+			left = append(left, id)
+		}
+	}
+	return left
 }
 
 // runPurge is "leasectl purge".

@@ -34,6 +34,9 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkListenAddr(*addr); err != nil {
+		return err
+	}
 
 	pool, err := c.connect(ctx)
 	if err != nil {
@@ -79,5 +82,20 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout, "stopped")
+	return nil
+}
+
+// checkListenAddr checks the syntax of a --metrics-addr value, host:port
+// with an optional host and a port number (0..65535) or service name, so
+// that a mistyped address is a usage error before anything starts. Whether
+// the address can be bound is only known when serve listens.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--metrics-addr must be [host]:port, e.g. :9464 or 127.0.0.1:9464, got %q", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
+		return usagef("--metrics-addr %q: port must be 0..65535 or a service name, got %q", addr, port)
+	}
 	return nil
 }

@@ -177,7 +177,9 @@ func runQueue(ctx context.Context, out io.Writer, pool *pgxpool.Pool, store *lea
 		return nil, err
 	}
 	// The third message fails on its first delivery and is retried; the
-	// fifth runs longer than its lease and is kept by the heartbeat.
+	// fifth runs longer than its lease and is kept by the heartbeat (and
+	// within the default HandlerTimeout of one minute, past which it would
+	// be failed).
 	failOnce, slow := res.IDs[2], res.IDs[4]
 	fmt.Fprintf(out, "\n%s: enqueued %d messages; one fails once, one runs %s on a %s lease\n",
 		q, len(res.IDs), cfg.Lease+cfg.Lease/2, cfg.Lease)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -17,8 +18,8 @@ import (
 // name) against the server of adminURL and returns the exit status: 0 when
 // every drain verified, 1 when one failed verification or the run failed,
 // 2 for bad flags. The progress line goes to stderr when it is a terminal.
-func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io.Writer) int {
-	cfg, err := ParseFlags(args, stderr)
+func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io.Writer, extra ...func(*flag.FlagSet)) int {
+	cfg, err := ParseFlags(args, stderr, extra...)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -31,7 +32,7 @@ func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io
 	}
 	res, err := Run(ctx, cfg, stdout)
 	if err != nil {
-		msg := err.Error()
+		msg := pgadmin.ErrorText(err) // a refused connection listed once
 		if !strings.HasPrefix(msg, "bench: ") {
 			msg = "bench: " + msg
 		}
@@ -47,15 +48,20 @@ func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io
 	return 0
 }
 
-// ParseFlags parses the bench flags into a Config (AdminURL left empty).
-// Usage and errors go to stderr.
+// ParseFlags parses the bench flags into a Config (AdminURL left empty),
+// and those each of extra registers (leasectl's --database-url, which it
+// parses before, so that the usage lists it). Usage and errors go to
+// stderr.
 //
 // Errors: flag.ErrHelp for -h; the flag package's error for bad flags.
-func ParseFlags(args []string, stderr io.Writer) (Config, error) {
+func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (Config, error) {
 	var cfg Config
 	var queue string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	for _, register := range extra {
+		register(fs)
+	}
 	fs.StringVar(&queue, "queue", "inbox", "queue to measure: inbox or outbox")
 	fs.IntVar(&cfg.Messages, "messages", 200_000, "due pending messages to drain")
 	fs.IntVar(&cfg.TerminalRows, "terminal", 0, "finished rows in the table, older than the rest")

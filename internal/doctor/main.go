@@ -17,9 +17,11 @@ import (
 // name) on the database connect opens, once the flags parsed, and returns
 // the exit status: 0 when healthy, 1 when a check found a problem or could
 // not run (connect's error included), 2 for bad flags (nothing connected).
-// Main closes the pool connect returns.
-func Main(ctx context.Context, connect func(context.Context) (*pgxpool.Pool, error), args []string, stdout, stderr io.Writer) int {
-	asJSON, opts, err := ParseFlags(args, stderr)
+// Main closes the pool connect returns. Each of extra registers flags the
+// caller parses before (leasectl's --database-url), so that the usage lists
+// them.
+func Main(ctx context.Context, connect func(context.Context) (*pgxpool.Pool, error), args []string, stdout, stderr io.Writer, extra ...func(*flag.FlagSet)) int {
+	asJSON, opts, err := ParseFlags(args, stderr, extra...)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -43,13 +45,19 @@ func Main(ctx context.Context, connect func(context.Context) (*pgxpool.Pool, err
 	return 0
 }
 
-// ParseFlags parses the doctor flags. Usage and errors go to stderr.
+// ParseFlags parses the doctor flags, and those each of extra registers.
+// Usage and errors go to stderr.
 //
-// Errors: flag.ErrHelp for -h; the flag package's error for bad flags.
-func ParseFlags(args []string, stderr io.Writer) (asJSON bool, opts Options, err error) {
+// Errors: flag.ErrHelp for -h; the flag package's error for bad flags; an
+// error naming the flag for a value out of range (a --max-* threshold of
+// zero or below, but --max-claim-buffers 0, its default).
+func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (asJSON bool, opts Options, err error) {
 	var queue string
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	for _, register := range extra {
+		register(fs)
+	}
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.StringVar(&queue, "queue", "", "check only this queue: inbox or outbox (default both)")
 	fs.IntVar(&opts.BatchSize, "batch", 10, "batch size of the measured claim")
@@ -82,6 +90,23 @@ func ParseFlags(args []string, stderr io.Writer) (asJSON bool, opts Options, err
 		err := fmt.Errorf("doctor: batch must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
 		fmt.Fprintln(stderr, err)
 		return false, Options{}, err
+	}
+	// Zero means "the default" in Options, but on the command line it is a
+	// mistake, as is a negative threshold: the flags show their defaults.
+	var bad error
+	switch {
+	case opts.MaxClaimBuffers < 0:
+		bad = fmt.Errorf("doctor: --max-claim-buffers must be >= 0 (0 for 100 x batch), got %d", opts.MaxClaimBuffers)
+	case opts.MaxOldestDue <= 0:
+		bad = fmt.Errorf("doctor: --max-oldest-due must be positive, got %s", opts.MaxOldestDue)
+	case opts.MaxDeadTuples < 1:
+		bad = fmt.Errorf("doctor: --max-dead-tuples must be at least 1, got %d", opts.MaxDeadTuples)
+	case opts.MaxXactAge <= 0:
+		bad = fmt.Errorf("doctor: --max-xact-age must be positive, got %s", opts.MaxXactAge)
+	}
+	if bad != nil {
+		fmt.Fprintln(stderr, bad)
+		return false, Options{}, bad
 	}
 	return asJSON, opts, nil
 }

@@ -27,6 +27,7 @@ type heldLease struct {
 	deadline time.Time // local: the lease may have expired from then on
 	state    leaseState
 	lost     bool
+	timedOut bool // its handler ran past HandlerTimeout: the timeout's outcome is written, not the handler's
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 }
@@ -89,15 +90,35 @@ func (b *book) known() []uuid.UUID {
 
 // advance moves h on to state (stateRunning or stateWriting) and returns
 // its lease, or reports false when h was lost meanwhile (counted
-// persist_skipped): lost while it waited, or while its handler ran.
+// persist_skipped): lost while it waited, or while its handler ran; or
+// when its handler timed out, whose outcome timeOut took.
 func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if h.timedOut {
+		return leasing.Lease{}, false
+	}
 	if h.lost {
 		count(b.metrics.skipped, 1)
 		return leasing.Lease{}, false
 	}
 	h.state = state
+	return h.lease, true
+}
+
+// timeOut moves h, whose handler ran past HandlerTimeout, on to
+// stateWriting for the timeout's outcome and returns its lease, or reports
+// false when the handler returned first or the lease was lost. Once it
+// returns true, advance refuses h: the handler's own outcome is never
+// written.
+func (b *book) timeOut(h *heldLease) (leasing.Lease, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h.lost || h.state != stateRunning {
+		return leasing.Lease{}, false
+	}
+	h.state = stateWriting
+	h.timedOut = true
 	return h.lease, true
 }
 

@@ -48,6 +48,15 @@
 //     already wait for the writer, a worker queues its own and keeps its
 //     slot until the writer has taken it, so a store slow to write stops
 //     the claims.
+//   - Handler timeout: a handler call that runs past HandlerTimeout (1
+//     minute unless set; NoHandlerTimeout for none) has its context
+//     cancelled with cause [ErrHandlerTimeout], and its attempt is written
+//     at once as failed (or dead_lettered) per the RetryPolicy, as for a
+//     handler error, with the text "processor: handler timed out after
+//     <timeout>". From that write on the lease is not renewed, and what the
+//     handler returns is not written. A handler that ignores its context
+//     keeps its worker slot until it returns; its message may meanwhile be
+//     claimed again once its retry delay ends.
 //   - Shutdown (context cancelled or Stop): claiming stops; leases whose
 //     handler has not started are released at once (Release: due again at
 //     once, attempt returned); running handlers get ShutdownGrace, then

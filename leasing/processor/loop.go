@@ -167,7 +167,10 @@ func (r *run) dispatch() {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.finish(h, r.handle(h.ctx, lease))
+			stopTimeout := r.startTimeout(h)
+			err := r.handle(h.ctx, lease)
+			stopTimeout()
+			r.finish(h, err)
 			// One wake-up for all the workers that finish before the loop
 			// looks, not one per worker.
 			r.finished.Add(1)
@@ -195,13 +198,61 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 	return r.p.handler(ctx, lease)
 }
 
+// startTimeout starts the HandlerTimeout of h's handler, which has just
+// started, and returns the function that stops it once the handler
+// returned: that function returns only after a timeout that fired has
+// handed its outcome to the writer, so that the worker's wg.Done comes
+// after that submit and shutdown writes it.
+func (r *run) startTimeout(h *heldLease) (stop func()) {
+	d := r.p.opts.HandlerTimeout
+	if d == NoHandlerTimeout {
+		return func() {}
+	}
+	fired := make(chan struct{})
+	t := time.AfterFunc(d, func() {
+		defer close(fired)
+		r.timeOut(h)
+	})
+	return func() {
+		if !t.Stop() {
+			<-fired
+		}
+	}
+}
+
+// timeOut ends h's attempt when its handler ran past HandlerTimeout and is
+// still running: the handler's context is cancelled with an
+// ErrHandlerTimeout cause and the attempt's failure goes to the writer at
+// once, whether or not the handler returns. Writing it untracks the lease,
+// so the heartbeat stops renewing it; what the handler returns later is
+// dropped by finish. A handler that returned first, or a lost lease, leaves
+// nothing to do.
+func (r *run) timeOut(h *heldLease) {
+	lease, ok := r.book.timeOut(h)
+	if !ok {
+		return
+	}
+	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
+	h.cancel(err)
+	r.w.submit(r.outcome(h, lease, err))
+}
+
 // finish hands the outcome of h's handler, err, to the writer, unless h
-// was lost.
+// was lost or timed out.
 func (r *run) finish(h *heldLease, err error) {
 	lease, ok := r.book.advance(h, stateWriting)
 	if !ok {
 		return
 	}
+	pw := r.outcome(h, lease, err)
+	h.cancel(context.Canceled)
+	r.w.submit(pw)
+}
+
+// outcome returns the write for lease's attempt, which ended with err (nil
+// for success): failed with no retry delay after a shutdown cancelled h,
+// else failed with the policy's backoff or dead_lettered.
+func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite {
 	policy := r.p.opts.RetryPolicy
 	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}
 	if err != nil {
@@ -217,8 +268,7 @@ func (r *run) finish(h *heldLease, err error) {
 			pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
 		}
 	}
-	h.cancel(context.Canceled)
-	r.w.submit(pw)
+	return pw
 }
 
 // shutdown releases the waiting leases, lets running handlers finish within

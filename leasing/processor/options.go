@@ -15,13 +15,19 @@ const (
 	DefaultConcurrency   = 4
 	DefaultPollInterval  = time.Second
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultHandlerTimeout is the HandlerTimeout of zero Options.
+	DefaultHandlerTimeout = time.Minute
 )
+
+// NoHandlerTimeout as Options.HandlerTimeout lets handlers run for as long
+// as they take: their leases are renewed until they return.
+const NoHandlerTimeout time.Duration = -1
 
 // MaxConcurrency is the most worker slots a Processor takes.
 const MaxConcurrency = 10_000
 
 // Options configures a Processor. The zero value of each field takes its
-// documented default; negative values are rejected.
+// documented default; negative values are rejected (but NoHandlerTimeout).
 type Options struct {
 	// Owner is the lease owner label; New appends a random suffix
 	// (leasing.NewOwner) so that processes started with the same label are
@@ -52,6 +58,20 @@ type Options struct {
 	// to dead-letter. Defaults to the zero RetryPolicy (5 attempts, 1s
 	// doubling up to 5 minutes).
 	RetryPolicy RetryPolicy
+	// HandlerTimeout is how long one handler call may run, on the
+	// processor's clock from the moment its worker starts it, > 0 or
+	// NoHandlerTimeout (no limit). Past it the handler's context is
+	// cancelled with cause ErrHandlerTimeout and, at once, without waiting
+	// for the handler to return, the attempt is written as failed (due
+	// again after RetryPolicy.Backoff) or dead_lettered per the
+	// RetryPolicy, with ErrHandlerTimeout's text and the timeout: the lease
+	// is no longer renewed, and whatever the handler returns later is not
+	// written. A handler that ignores its context keeps its worker slot
+	// until it returns, and may then run beside a retry of its message.
+	// Keep it above the longest handler call you expect; set
+	// NoHandlerTimeout for handlers that must run longer (their leases are
+	// renewed for as long as they run). Defaults to 1 minute.
+	HandlerTimeout time.Duration
 	// ShutdownGrace is how long running handlers may go on after shutdown
 	// starts before their contexts are cancelled, > 0. Defaults to 10
 	// seconds.
@@ -127,6 +147,12 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	o.RetryPolicy = o.RetryPolicy.withDefaults()
 	if err := o.RetryPolicy.validate(); err != nil {
 		return o, claim, err
+	}
+	if o.HandlerTimeout == 0 {
+		o.HandlerTimeout = DefaultHandlerTimeout
+	}
+	if o.HandlerTimeout < 0 && o.HandlerTimeout != NoHandlerTimeout {
+		return o, claim, argumentError("handler timeout", "must be > 0, or NoHandlerTimeout (-1ns) for none, got %s", o.HandlerTimeout)
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = DefaultShutdownGrace

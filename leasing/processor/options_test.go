@@ -30,6 +30,8 @@ func TestProcessorOptions(t *testing.T) {
 		require.Equal(t, 4, o.Concurrency)
 		require.Equal(t, time.Second, o.PollInterval)
 		require.Equal(t, 10*time.Second, o.ShutdownGrace)
+		require.Equal(t, time.Minute, o.HandlerTimeout)
+		require.Equal(t, processor.DefaultHandlerTimeout, o.HandlerTimeout)
 		require.Equal(t, processor.RetryPolicy{MaxAttempts: 5, InitialDelay: time.Second, MaxDelay: 5 * time.Minute, Multiplier: 2}, o.RetryPolicy)
 		require.True(t, strings.HasPrefix(p.Owner(), "inbox-"), p.Owner())
 
@@ -39,6 +41,10 @@ func TestProcessorOptions(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(q.Owner(), "billing-"), q.Owner())
 		require.NotEqual(t, q.Owner(), r.Owner(), "one label, two owners")
+
+		none, err := processor.New(mem, ok, processor.Options{HandlerTimeout: processor.NoHandlerTimeout})
+		require.NoError(t, err, "NoHandlerTimeout turns the timeout off")
+		require.Equal(t, processor.NoHandlerTimeout, none.Options().HandlerTimeout)
 
 		label := strings.Repeat("o", leasing.MaxOwnerLabelBytes)
 		long, err := processor.New(mem, ok, processor.Options{Owner: label})
@@ -66,6 +72,8 @@ func TestProcessorOptions(t *testing.T) {
 			"NegativeConcurrency":      {mem, ok, processor.Options{Concurrency: -4}, "concurrency"},
 			"NegativePollInterval":     {mem, ok, processor.Options{PollInterval: -time.Second}, "poll interval"},
 			"NegativeShutdownGrace":    {mem, ok, processor.Options{ShutdownGrace: -time.Second}, "shutdown grace"},
+			"NegativeHandlerTimeout":   {mem, ok, processor.Options{HandlerTimeout: -time.Second}, "handler timeout"},
+			"HandlerTimeoutMinusTwo":   {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
 			"OwnerWithNUL":             {mem, ok, processor.Options{Owner: "a\x00b"}, "owner"},
 			"OwnerTooLong":             {mem, ok, processor.Options{Owner: strings.Repeat("o", leasing.MaxOwnerBytes)}, "owner"},
 			"OwnerLabelOneTooLong":     {mem, ok, processor.Options{Owner: strings.Repeat("o", leasing.MaxOwnerLabelBytes+1)}, "owner"},

@@ -42,11 +42,13 @@ var _ Store = leasing.Store(nil)
 // of a Processor.
 //
 // ctx is cancelled when the lease is lost (context.Cause(ctx) is
-// leasing.ErrLeaseLost) or when the processor shuts down and ShutdownGrace
-// has run out (context.Cause(ctx) is ErrShutdown); the handler should return
-// soon after. A nil return writes the queue's success state; an error (or a
-// panic) writes failed or dead_lettered per the RetryPolicy. Whatever it
-// returns after its lease was lost is not written. Delivery is at least
+// leasing.ErrLeaseLost), when the call runs past Options.HandlerTimeout
+// (context.Cause(ctx) is ErrHandlerTimeout, by errors.Is) or when the
+// processor shuts down and ShutdownGrace has run out (context.Cause(ctx) is
+// ErrShutdown); the handler should return soon after. A nil return writes
+// the queue's success state; an error (or a panic) writes failed or
+// dead_lettered per the RetryPolicy. Whatever it returns after its lease
+// was lost or its timeout was written is not written. Delivery is at least
 // once: a handler may see the same message again after a lost lease or a
 // crash, so it must be idempotent.
 type Handler func(ctx context.Context, lease leasing.Lease) error
@@ -65,6 +67,13 @@ func (p Publisher) Handler() Handler {
 // Processor cancelled because it was shutting down and ShutdownGrace ran
 // out. The failed outcome it then writes carries this error's text.
 var ErrShutdown = errors.New("processor: shut down")
+
+// ErrHandlerTimeout is, by errors.Is, the cause (context.Cause) of a
+// handler context that a Processor cancelled because the handler ran past
+// Options.HandlerTimeout. The failed (or dead-lettered) outcome written
+// for that attempt carries its text and the timeout, for example
+// "processor: handler timed out after 1m0s".
+var ErrHandlerTimeout = errors.New("processor: handler timed out")
 
 // ErrAttemptsExhausted is the error a Processor dead-letters a message with,
 // without running its handler, when the message was claimed more than
