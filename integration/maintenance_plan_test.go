@@ -118,6 +118,21 @@ func TestRequeueBatchPlan(t *testing.T) {
 				t.Logf("%s: requeue batch of %d, %s: %d buffers", q.table, batch, mode, buffers(root))
 				require.LessOrEqual(t, buffers(root), int64(20*batch+50), "%s: %s", mode, mustJSON(root))
 				require.Less(t, buffers(root), pages/4, mode)
+
+				// Requeue by id: the ids' keys, not every dead letter.
+				var ids string
+				require.NoError(t, conn.QueryRow(ctx, `SELECT array_agg(message_id)::text FROM (SELECT message_id FROM `+q.table+`
+					WHERE status = 'dead_lettered' ORDER BY random() LIMIT $1) AS s`, batch).Scan(&ids))
+				root = explainMaintenance(t, conn, generatedSQL(t, q.genFile, strings.Replace(q.genConst, "Claim", "Requeue", 1)), mode,
+					map[uint32]string{pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL"})
+				require.Equal(t, float64(batch), root.ActualRows, mode)
+				walk(root, nil, func(n planNode, _ []planNode) {
+					require.NotEqual(t, "Seq Scan", n.NodeType, "%s: %s", mode, mustJSON(root))
+					if n.IndexName != "" {
+						require.Equal(t, q.table+"_pkey", n.IndexName, "requeue by id, %s: %s", mode, mustJSON(root))
+					}
+				})
+				t.Logf("%s: requeue of %d ids, %s: %d buffers", q.table, batch, mode, buffers(root))
 			}
 		})
 	}
@@ -159,6 +174,7 @@ func explainMaintenance(t *testing.T, conn *pgx.Conn, sql, planMode string, lite
 	require.NoError(t, err)
 	sd, err := tx.Prepare(ctx, "maintenance_plan", sql)
 	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Conn().Deallocate(ctx, "maintenance_plan")) }()
 	args := make([]string, len(sd.ParamOIDs))
 	for i, oid := range sd.ParamOIDs {
 		l, ok := literals[oid]

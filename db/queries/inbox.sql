@@ -248,7 +248,7 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
--- InboxEnqueue inserts one inbox row per array element, in array order, due
+-- InboxEnqueue inserts one inbox row per array element, created in array order, due
 -- after created_at + delays[i]. Empty strings in tenant_ids and
 -- idempotency_keys mean NULL. A row whose message_id, or whose
 -- (tenant_id, idempotency_key), is already present is skipped: it was
@@ -272,7 +272,19 @@ FROM (
                unnest(@idempotency_keys::text[]) AS idempotency_key,
                unnest(@delays::interval[]) AS delay
     ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
 ) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go). The order
+    -- covers (tenant_id, idempotency_key) first, so that the same messages
+    -- sent twice also meet in one order on that index. (Two enqueues that
+    -- reuse each other's ids under different idempotency keys can still
+    -- deadlock; PostgreSQL then fails one of them.)
+ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''), i.message_id
 ON CONFLICT DO NOTHING
 RETURNING message_id;
 
@@ -539,12 +551,16 @@ ORDER BY message_id;
 -- name: InboxRequeue :many
 WITH locked AS (
     -- Found through the primary key and locked in key order (the lock
-    -- order); the status is read from the locked version. No condition on
-    -- status here: it would let the planner read inbox_messages_dead_lettered_idx,
-    -- every dead letter, instead of the ids' keys.
+    -- order); the status is checked again on the locked version. Only
+    -- dead letters are locked: a lock on a row in flight would make a
+    -- claim or purge that meets a later version of it wait (PostgreSQL
+    -- waits "while locking updated version" even under SKIP LOCKED), and
+    -- so join a wait cycle. integration/maintenance_plan_test.go checks
+    -- that the ids' keys are read, not every dead letter.
     SELECT m.message_id, m.status
     FROM inbox_messages AS m
     WHERE m.message_id = ANY ((@message_ids::text[])::uuid[])
+      AND m.status = 'dead_lettered'
     ORDER BY m.message_id
     FOR UPDATE
 ), requeued AS (

@@ -248,7 +248,7 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
--- OutboxEnqueue inserts one outbox row per array element, in array order, due
+-- OutboxEnqueue inserts one outbox row per array element, created in array order, due
 -- after created_at + delays[i]. Empty strings in tenant_ids mean NULL. Run it
 -- in the transaction that changes the business data (the outbox pattern).
 -- Returns the message_id of each inserted row; a message_id already present
@@ -272,7 +272,15 @@ FROM (
                unnest(@topics::text[]) AS topic,
                unnest(@delays::interval[]) AS delay
     ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
 ) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go).
+ORDER BY i.message_id
 RETURNING message_id;
 
 -- OutboxEnqueueCopy bulk-loads outbox rows with COPY; they are due at once.
@@ -536,12 +544,16 @@ ORDER BY message_id;
 -- name: OutboxRequeue :many
 WITH locked AS (
     -- Found through the primary key and locked in key order (the lock
-    -- order); the status is read from the locked version. No condition on
-    -- status here: it would let the planner read outbox_messages_dead_lettered_idx,
-    -- every dead letter, instead of the ids' keys.
+    -- order); the status is checked again on the locked version. Only
+    -- dead letters are locked: a lock on a row in flight would make a
+    -- claim or purge that meets a later version of it wait (PostgreSQL
+    -- waits "while locking updated version" even under SKIP LOCKED), and
+    -- so join a wait cycle. integration/maintenance_plan_test.go checks
+    -- that the ids' keys are read, not every dead letter.
     SELECT m.message_id, m.status
     FROM outbox_messages AS m
     WHERE m.message_id = ANY ((@message_ids::text[])::uuid[])
+      AND m.status = 'dead_lettered'
     ORDER BY m.message_id
     FOR UPDATE
 ), requeued AS (
