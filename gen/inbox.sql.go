@@ -525,7 +525,19 @@ FROM (
                unnest($7::text[]) AS idempotency_key,
                unnest($8::interval[]) AS delay
     ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
 ) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go). The order
+    -- covers (tenant_id, idempotency_key) first, so that the same messages
+    -- sent twice also meet in one order on that index. (Two enqueues that
+    -- reuse each other's ids under different idempotency keys can still
+    -- deadlock; PostgreSQL then fails one of them.)
+ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''), i.message_id
 ON CONFLICT DO NOTHING
 RETURNING message_id
 `
@@ -541,7 +553,7 @@ type InboxEnqueueParams struct {
 	Delays          []time.Duration
 }
 
-// InboxEnqueue inserts one inbox row per array element, in array order, due
+// InboxEnqueue inserts one inbox row per array element, created in array order, due
 // after created_at + delays[i]. Empty strings in tenant_ids and
 // idempotency_keys mean NULL. A row whose message_id, or whose
 // (tenant_id, idempotency_key), is already present is skipped: it was
@@ -864,36 +876,60 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 }
 
 const inboxPurge = `-- name: InboxPurge :execrows
-DELETE FROM inbox_messages
-WHERE message_id IN (
+WITH done AS (
     SELECT message_id
     FROM inbox_messages
-    WHERE (status = 'completed'
-           AND completed_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval)
-       OR ($3::boolean AND status = 'dead_lettered'
-           AND dead_lettered_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval)
-    LIMIT $4::integer
+    WHERE status = 'completed'
+      AND completed_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+    ORDER BY completed_at
+    LIMIT $1::integer
+    FOR UPDATE SKIP LOCKED
+), dead AS (
+    -- include_dead_lettered is a one-time filter: when false, the plan
+    -- (custom or generic) never starts this scan.
+    SELECT message_id
+    FROM inbox_messages
+    WHERE $4::boolean
+      AND status = 'dead_lettered'
+      AND dead_lettered_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+    ORDER BY dead_lettered_at
+    LIMIT $1::integer
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM inbox_messages
+    -- The rows are found through the primary key: = ANY of an array is
+    -- planned for a few elements, where a join to the CTEs would be planned,
+    -- in a generic plan, for a tenth of the table and hashed over a Seq
+    -- Scan. Every row is already locked by this statement, so the DELETE
+    -- waits for no one.
+WHERE message_id = ANY (ARRAY(
+    SELECT p.message_id
+    FROM (SELECT message_id FROM done UNION ALL SELECT message_id FROM dead) AS p
+    LIMIT $1::integer
+))
 `
 
 type InboxPurgeParams struct {
+	BatchSize           int32
 	Now                 *time.Time
 	OlderThan           time.Duration
 	IncludeDeadLettered bool
-	BatchSize           int32
 }
 
 // InboxPurge deletes up to batch_size terminal inbox rows whose completed_at
 // (or dead_lettered_at, when include_dead_lettered) is older than now minus
-// older_than. Active rows are never touched. Returns the number deleted; call
-// it until it returns fewer than batch_size.
+// older_than, oldest first. Active rows are never touched, and rows locked
+// by others are skipped. Returns the number deleted; call it until it
+// returns fewer than batch_size. Each kind is read through its finish-time
+// index (inbox_messages_completed_idx, inbox_messages_dead_lettered_idx) up to the
+// batch, so a call costs the rows it deletes plus one index descent per
+// kind, at any table size; a call that deletes nothing reads a few pages.
 func (q *Queries) InboxPurge(ctx context.Context, db DBTX, arg InboxPurgeParams) (int64, error) {
 	result, err := db.Exec(ctx, inboxPurge,
+		arg.BatchSize,
 		arg.Now,
 		arg.OlderThan,
 		arg.IncludeDeadLettered,
-		arg.BatchSize,
 	)
 	if err != nil {
 		return 0, err
@@ -1121,35 +1157,49 @@ func (q *Queries) InboxRenew(ctx context.Context, db DBTX, arg InboxRenewParams)
 }
 
 const inboxRequeue = `-- name: InboxRequeue :many
-WITH requeued AS (
-    UPDATE inbox_messages
+WITH locked AS (
+    -- Found through the primary key and locked in key order (the lock
+    -- order); the status is checked again on the locked version. Only
+    -- dead letters are locked: a lock on a row in flight would make a
+    -- claim or purge that meets a later version of it wait (PostgreSQL
+    -- waits "while locking updated version" even under SKIP LOCKED), and
+    -- so join a wait cycle. integration/maintenance_plan_test.go checks
+    -- that the ids' keys are read, not every dead letter.
+    SELECT m.message_id, m.status
+    FROM inbox_messages AS m
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      AND m.status = 'dead_lettered'
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE inbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce($1::timestamptz, statement_timestamp()),
+        visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
         dead_lettered_at = NULL
-    WHERE status = 'dead_lettered'
-      AND ($2::boolean OR message_id = ANY (($3::text[])::uuid[]))
-    RETURNING message_id
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id
 `
 
 type InboxRequeueParams struct {
-	Now        *time.Time
-	RequeueAll bool
 	MessageIds []string
+	Now        *time.Time
 }
 
-// InboxRequeue moves dead-lettered inbox rows back to pending, due at once,
-// with attempt_count 0 and lease_owner, lease_expires_at, last_error and
-// dead_lettered_at cleared: every dead-lettered row when requeue_all, else
-// those in message_ids. Rows in any other status are left alone. Returns the
-// requeued message_ids in message_id order.
+// InboxRequeue moves the dead-lettered inbox rows among message_ids back to
+// pending, due at once, with attempt_count 0 and lease_owner,
+// lease_expires_at, last_error and dead_lettered_at cleared. Rows in any
+// other status are left alone. Returns the requeued message_ids in
+// message_id order.
 func (q *Queries) InboxRequeue(ctx context.Context, db DBTX, arg InboxRequeueParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, inboxRequeue, arg.Now, arg.RequeueAll, arg.MessageIds)
+	rows, err := db.Query(ctx, inboxRequeue, arg.MessageIds, arg.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -1161,6 +1211,84 @@ func (q *Queries) InboxRequeue(ctx context.Context, db DBTX, arg InboxRequeuePar
 			return nil, err
 		}
 		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxRequeueBatch = `-- name: InboxRequeueBatch :many
+WITH picked AS (
+    SELECT message_id
+    FROM inbox_messages
+    WHERE status = 'dead_lettered'
+      AND dead_lettered_at <= coalesce($1::timestamptz,
+                                       $2::timestamptz, statement_timestamp())
+    ORDER BY dead_lettered_at
+    LIMIT $3::integer
+), locked AS (
+    -- As in InboxRequeue: through the primary key, in key order.
+    SELECT m.message_id, m.status
+    FROM inbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM picked))
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE inbox_messages AS m
+    SET status           = 'pending',
+        visible_after    = coalesce($2::timestamptz, statement_timestamp()),
+        attempt_count    = 0,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        last_error       = NULL,
+        dead_lettered_at = NULL
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
+)
+SELECT l.message_id, (r.message_id IS NOT NULL)::boolean AS requeued,
+       coalesce($1::timestamptz,
+                $2::timestamptz, statement_timestamp())::timestamptz AS requeued_before
+FROM locked AS l
+LEFT JOIN requeued AS r ON r.message_id = l.message_id
+ORDER BY l.message_id
+`
+
+type InboxRequeueBatchParams struct {
+	DeadLetteredBefore *time.Time
+	Now                *time.Time
+	MaxRows            int32
+}
+
+type InboxRequeueBatchRow struct {
+	MessageID      uuid.UUID
+	Requeued       bool
+	RequeuedBefore time.Time
+}
+
+// InboxRequeueBatch requeues, as InboxRequeue does, up to max_rows of the
+// oldest inbox dead letters whose dead_lettered_at is at or before
+// dead_lettered_before (NULL: now), read through inbox_messages_dead_lettered_idx
+// and locked in message_id order. Returns one row per row it locked, in
+// message_id order: requeued false when the row had left dead_lettered by
+// the time it was locked. requeued_before is the bound used, to pass as
+// dead_lettered_before to the next batch, so that rows dead-lettered again
+// after their requeue are not taken again. No rows means none are left.
+func (q *Queries) InboxRequeueBatch(ctx context.Context, db DBTX, arg InboxRequeueBatchParams) ([]InboxRequeueBatchRow, error) {
+	rows, err := db.Query(ctx, inboxRequeueBatch, arg.DeadLetteredBefore, arg.Now, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxRequeueBatchRow{}
+	for rows.Next() {
+		var i InboxRequeueBatchRow
+		if err := rows.Scan(&i.MessageID, &i.Requeued, &i.RequeuedBefore); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -430,7 +430,15 @@ FROM (
                unnest($7::text[]) AS topic,
                unnest($8::interval[]) AS delay
     ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
 ) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go).
+ORDER BY i.message_id
 RETURNING message_id
 `
 
@@ -445,7 +453,7 @@ type OutboxEnqueueParams struct {
 	Delays       []time.Duration
 }
 
-// OutboxEnqueue inserts one outbox row per array element, in array order, due
+// OutboxEnqueue inserts one outbox row per array element, created in array order, due
 // after created_at + delays[i]. Empty strings in tenant_ids mean NULL. Run it
 // in the transaction that changes the business data (the outbox pattern).
 // Returns the message_id of each inserted row; a message_id already present
@@ -863,36 +871,60 @@ func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishP
 }
 
 const outboxPurge = `-- name: OutboxPurge :execrows
-DELETE FROM outbox_messages
-WHERE message_id IN (
+WITH done AS (
     SELECT message_id
     FROM outbox_messages
-    WHERE (status = 'published'
-           AND published_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval)
-       OR ($3::boolean AND status = 'dead_lettered'
-           AND dead_lettered_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval)
-    LIMIT $4::integer
+    WHERE status = 'published'
+      AND published_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+    ORDER BY published_at
+    LIMIT $1::integer
+    FOR UPDATE SKIP LOCKED
+), dead AS (
+    -- include_dead_lettered is a one-time filter: when false, the plan
+    -- (custom or generic) never starts this scan.
+    SELECT message_id
+    FROM outbox_messages
+    WHERE $4::boolean
+      AND status = 'dead_lettered'
+      AND dead_lettered_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+    ORDER BY dead_lettered_at
+    LIMIT $1::integer
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM outbox_messages
+    -- The rows are found through the primary key: = ANY of an array is
+    -- planned for a few elements, where a join to the CTEs would be planned,
+    -- in a generic plan, for a tenth of the table and hashed over a Seq
+    -- Scan. Every row is already locked by this statement, so the DELETE
+    -- waits for no one.
+WHERE message_id = ANY (ARRAY(
+    SELECT p.message_id
+    FROM (SELECT message_id FROM done UNION ALL SELECT message_id FROM dead) AS p
+    LIMIT $1::integer
+))
 `
 
 type OutboxPurgeParams struct {
+	BatchSize           int32
 	Now                 *time.Time
 	OlderThan           time.Duration
 	IncludeDeadLettered bool
-	BatchSize           int32
 }
 
 // OutboxPurge deletes up to batch_size terminal outbox rows whose published_at
 // (or dead_lettered_at, when include_dead_lettered) is older than now minus
-// older_than. Active rows are never touched. Returns the number deleted; call
-// it until it returns fewer than batch_size.
+// older_than, oldest first. Active rows are never touched, and rows locked
+// by others are skipped. Returns the number deleted; call it until it
+// returns fewer than batch_size. Each kind is read through its finish-time
+// index (outbox_messages_published_idx, outbox_messages_dead_lettered_idx) up to the
+// batch, so a call costs the rows it deletes plus one index descent per
+// kind, at any table size; a call that deletes nothing reads a few pages.
 func (q *Queries) OutboxPurge(ctx context.Context, db DBTX, arg OutboxPurgeParams) (int64, error) {
 	result, err := db.Exec(ctx, outboxPurge,
+		arg.BatchSize,
 		arg.Now,
 		arg.OlderThan,
 		arg.IncludeDeadLettered,
-		arg.BatchSize,
 	)
 	if err != nil {
 		return 0, err
@@ -1120,35 +1152,49 @@ func (q *Queries) OutboxRenew(ctx context.Context, db DBTX, arg OutboxRenewParam
 }
 
 const outboxRequeue = `-- name: OutboxRequeue :many
-WITH requeued AS (
-    UPDATE outbox_messages
+WITH locked AS (
+    -- Found through the primary key and locked in key order (the lock
+    -- order); the status is checked again on the locked version. Only
+    -- dead letters are locked: a lock on a row in flight would make a
+    -- claim or purge that meets a later version of it wait (PostgreSQL
+    -- waits "while locking updated version" even under SKIP LOCKED), and
+    -- so join a wait cycle. integration/maintenance_plan_test.go checks
+    -- that the ids' keys are read, not every dead letter.
+    SELECT m.message_id, m.status
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      AND m.status = 'dead_lettered'
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE outbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce($1::timestamptz, statement_timestamp()),
+        visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
         dead_lettered_at = NULL
-    WHERE status = 'dead_lettered'
-      AND ($2::boolean OR message_id = ANY (($3::text[])::uuid[]))
-    RETURNING message_id
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id
 `
 
 type OutboxRequeueParams struct {
-	Now        *time.Time
-	RequeueAll bool
 	MessageIds []string
+	Now        *time.Time
 }
 
-// OutboxRequeue moves dead-lettered outbox rows back to pending, due at once,
-// with attempt_count 0 and lease_owner, lease_expires_at, last_error and
-// dead_lettered_at cleared: every dead-lettered row when requeue_all, else
-// those in message_ids. Rows in any other status are left alone. Returns the
-// requeued message_ids in message_id order.
+// OutboxRequeue moves the dead-lettered outbox rows among message_ids back to
+// pending, due at once, with attempt_count 0 and lease_owner,
+// lease_expires_at, last_error and dead_lettered_at cleared. Rows in any
+// other status are left alone. Returns the requeued message_ids in
+// message_id order.
 func (q *Queries) OutboxRequeue(ctx context.Context, db DBTX, arg OutboxRequeueParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, outboxRequeue, arg.Now, arg.RequeueAll, arg.MessageIds)
+	rows, err := db.Query(ctx, outboxRequeue, arg.MessageIds, arg.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -1160,6 +1206,84 @@ func (q *Queries) OutboxRequeue(ctx context.Context, db DBTX, arg OutboxRequeueP
 			return nil, err
 		}
 		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxRequeueBatch = `-- name: OutboxRequeueBatch :many
+WITH picked AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'dead_lettered'
+      AND dead_lettered_at <= coalesce($1::timestamptz,
+                                       $2::timestamptz, statement_timestamp())
+    ORDER BY dead_lettered_at
+    LIMIT $3::integer
+), locked AS (
+    -- As in OutboxRequeue: through the primary key, in key order.
+    SELECT m.message_id, m.status
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM picked))
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE outbox_messages AS m
+    SET status           = 'pending',
+        visible_after    = coalesce($2::timestamptz, statement_timestamp()),
+        attempt_count    = 0,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        last_error       = NULL,
+        dead_lettered_at = NULL
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
+)
+SELECT l.message_id, (r.message_id IS NOT NULL)::boolean AS requeued,
+       coalesce($1::timestamptz,
+                $2::timestamptz, statement_timestamp())::timestamptz AS requeued_before
+FROM locked AS l
+LEFT JOIN requeued AS r ON r.message_id = l.message_id
+ORDER BY l.message_id
+`
+
+type OutboxRequeueBatchParams struct {
+	DeadLetteredBefore *time.Time
+	Now                *time.Time
+	MaxRows            int32
+}
+
+type OutboxRequeueBatchRow struct {
+	MessageID      uuid.UUID
+	Requeued       bool
+	RequeuedBefore time.Time
+}
+
+// OutboxRequeueBatch requeues, as OutboxRequeue does, up to max_rows of the
+// oldest outbox dead letters whose dead_lettered_at is at or before
+// dead_lettered_before (NULL: now), read through outbox_messages_dead_lettered_idx
+// and locked in message_id order. Returns one row per row it locked, in
+// message_id order: requeued false when the row had left dead_lettered by
+// the time it was locked. requeued_before is the bound used, to pass as
+// dead_lettered_before to the next batch, so that rows dead-lettered again
+// after their requeue are not taken again. No rows means none are left.
+func (q *Queries) OutboxRequeueBatch(ctx context.Context, db DBTX, arg OutboxRequeueBatchParams) ([]OutboxRequeueBatchRow, error) {
+	rows, err := db.Query(ctx, outboxRequeueBatch, arg.DeadLetteredBefore, arg.Now, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxRequeueBatchRow{}
+	for rows.Next() {
+		var i OutboxRequeueBatchRow
+		if err := rows.Scan(&i.MessageID, &i.Requeued, &i.RequeuedBefore); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

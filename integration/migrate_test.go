@@ -139,6 +139,10 @@ func requireSchema(t *testing.T, pool *pgxpool.Pool) {
 		"outbox_messages_tenant_inflight_idx",
 		"inbox_messages_expiry_idx",
 		"outbox_messages_expiry_idx",
+		"inbox_messages_completed_idx",
+		"inbox_messages_dead_lettered_idx",
+		"outbox_messages_published_idx",
+		"outbox_messages_dead_lettered_idx",
 	})
 }
 

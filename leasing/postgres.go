@@ -1,9 +1,11 @@
 package leasing
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -270,29 +272,55 @@ func (s *Postgres) write(ctx context.Context, op string, stmt func(gen.DBTX) ([]
 	return WriteResult{Outcomes: out}, nil
 }
 
-// Requeue implements Store.Requeue.
+// Requeue implements Store.Requeue with one statement, which locks the
+// rows in message_id order (the store's one lock order).
 func (s *Postgres) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error) {
 	if err := validateIDs(ids); err != nil {
 		return RequeueResult{}, err
 	}
-	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), false, ids)
+	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), ids)
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("leasing: requeue %s: %w", s.queue, err)
 	}
 	return RequeueResult{Requested: len(ids), Requeued: requeued}, nil
 }
 
-// RequeueAll implements Store.RequeueAll with one statement.
+// RequeueAll implements Store.RequeueAll in batches of at most MaxBatchSize
+// rows, each its own statement and transaction: the oldest dead letters
+// first, read through the dead-letter index and locked in message_id
+// order, until a batch finds none left. Each batch costs the rows it
+// requeues, so no statement holds locks on more than MaxBatchSize rows.
+// Only rows dead-lettered at or before the first batch's database now are
+// taken, so a message that is dead-lettered again after its requeue (while
+// processors run) is left for the next call and the loop ends.
+//
+// Not atomic: when a batch fails, the batches before it stay committed,
+// and the error wraps the driver's; calling RequeueAll again requeues the
+// rest. Requeued is then not returned.
 func (s *Postgres) RequeueAll(ctx context.Context) (RequeueResult, error) {
-	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), true, []uuid.UUID{})
-	if err != nil {
-		return RequeueResult{}, fmt.Errorf("leasing: requeue %s: %w", s.queue, err)
+	requeued := []uuid.UUID{}
+	var before *time.Time
+	for {
+		b, err := s.sql.requeueBatch(ctx, s.pool, s.pinned(), before, MaxBatchSize)
+		if err != nil {
+			return RequeueResult{}, fmt.Errorf("leasing: requeue %s (after %d requeued): %w", s.queue, len(requeued), err)
+		}
+		if b.locked == 0 {
+			break
+		}
+		requeued = append(requeued, b.requeued...)
+		before = &b.before
 	}
+	slices.SortFunc(requeued, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	return RequeueResult{Requested: len(requeued), Requeued: requeued}, nil
 }
 
-// Purge implements Store.Purge: one DELETE of at most r.BatchSize rows that
-// skips rows locked by others, so it never holds long locks.
+// Purge implements Store.Purge: one DELETE of at most r.BatchSize rows,
+// oldest finish time first, that skips rows locked by others, so it never
+// waits for a lock nor holds long ones. It reads the finished rows through
+// their finish-time indexes (migrations 00007 and 00008) and costs the rows
+// it deletes, at any table size; a call that deletes nothing reads a few
+// index pages (plus the entries of rows deleted since the last VACUUM).
 func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 	if err := r.validate(); err != nil {
 		return 0, err

@@ -31,7 +31,10 @@ type queueSQL interface {
 	complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
 	fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
 	deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
-	requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error)
+	requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error)
+	// requeueBatch requeues up to max of the oldest dead letters
+	// dead-lettered at or before before (nil: the statement's now).
+	requeueBatch(ctx context.Context, db gen.DBTX, now, before *time.Time, max int32) (requeueBatch, error)
 	purge(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error)
 	// countByStatus returns the rows per status; statuses without rows are absent.
 	countByStatus(ctx context.Context, db gen.DBTX) (map[Status]int64, error)
@@ -51,6 +54,18 @@ func sqlFor(q Queue) queueSQL {
 		return outboxSQL{gen.New()}
 	}
 	return inboxSQL{gen.New()}
+}
+
+// requeueBatch is what one RequeueBatch statement did.
+type requeueBatch struct {
+	// locked is the number of rows the statement locked; 0 when no dead
+	// letter at or before the bound was left.
+	locked int
+	// requeued holds the ids moved back to pending, ordered by id, never nil.
+	requeued []uuid.UUID
+	// before is the bound the statement used (the database's now when it
+	// was given none); zero when it locked no row.
+	before time.Time
 }
 
 // claimArgs are a claim's parameters; tenantID only for claimTenant.

@@ -96,9 +96,24 @@ func (a inboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]Me
 	return convertRows(rows, func(r gen.InboxDeadLetterRow) MessageOutcome { return inboxOutcome(gen.InboxCompleteRow(r)) }), nil
 }
 
-func (a inboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error) {
-	requeued, err := a.q.InboxRequeue(ctx, db, gen.InboxRequeueParams{Now: now, RequeueAll: all, MessageIds: idTexts(ids)})
+func (a inboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error) {
+	requeued, err := a.q.InboxRequeue(ctx, db, gen.InboxRequeueParams{Now: now, MessageIds: idTexts(ids)})
 	return requeued, mapErr(err)
+}
+
+func (a inboxSQL) requeueBatch(ctx context.Context, db gen.DBTX, now, before *time.Time, max int32) (requeueBatch, error) {
+	rows, err := a.q.InboxRequeueBatch(ctx, db, gen.InboxRequeueBatchParams{Now: now, DeadLetteredBefore: before, MaxRows: max})
+	if err != nil {
+		return requeueBatch{}, mapErr(err)
+	}
+	b := requeueBatch{locked: len(rows), requeued: []uuid.UUID{}}
+	for _, r := range rows {
+		if r.Requeued {
+			b.requeued = append(b.requeued, r.MessageID)
+		}
+		b.before = r.RequeuedBefore
+	}
+	return b, nil
 }
 
 func (a inboxSQL) purge(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error) {
@@ -295,9 +310,24 @@ func (a outboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]M
 	return convertRows(rows, func(r gen.OutboxDeadLetterRow) MessageOutcome { return outboxOutcome(gen.OutboxPublishRow(r)) }), nil
 }
 
-func (a outboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error) {
-	requeued, err := a.q.OutboxRequeue(ctx, db, gen.OutboxRequeueParams{Now: now, RequeueAll: all, MessageIds: idTexts(ids)})
+func (a outboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error) {
+	requeued, err := a.q.OutboxRequeue(ctx, db, gen.OutboxRequeueParams{Now: now, MessageIds: idTexts(ids)})
 	return requeued, mapErr(err)
+}
+
+func (a outboxSQL) requeueBatch(ctx context.Context, db gen.DBTX, now, before *time.Time, max int32) (requeueBatch, error) {
+	rows, err := a.q.OutboxRequeueBatch(ctx, db, gen.OutboxRequeueBatchParams{Now: now, DeadLetteredBefore: before, MaxRows: max})
+	if err != nil {
+		return requeueBatch{}, mapErr(err)
+	}
+	b := requeueBatch{locked: len(rows), requeued: []uuid.UUID{}}
+	for _, r := range rows {
+		if r.Requeued {
+			b.requeued = append(b.requeued, r.MessageID)
+		}
+		b.before = r.RequeuedBefore
+	}
+	return b, nil
 }
 
 func (a outboxSQL) purge(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error) {

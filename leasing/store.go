@@ -78,7 +78,13 @@ type Store interface {
 	// left alone. Requeue with no ids is an argument error: use RequeueAll.
 	Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error)
 
-	// RequeueAll does Requeue for every dead-lettered message of the queue.
+	// RequeueAll does Requeue for every message of the queue dead-lettered
+	// when the call starts, in bounded batches (Postgres: at most
+	// MaxBatchSize rows per statement, each batch its own transaction). It
+	// is not atomic across batches: when it returns an error, the batches
+	// before it stay requeued, and calling it again requeues the rest. A
+	// message dead-lettered again after its requeue, while the call runs,
+	// is left for the next call.
 	RequeueAll(ctx context.Context) (RequeueResult, error)
 
 	// Purge deletes up to r.BatchSize terminal messages finished more than
@@ -190,7 +196,7 @@ func (r RenewResult) Err() error {
 // RequeueResult reports a Requeue or RequeueAll call.
 type RequeueResult struct {
 	// Requested is the number of ids asked for (for RequeueAll, the number of
-	// dead-lettered rows found).
+	// dead-lettered rows found, which is len(Requeued)).
 	Requested int
 	// Requeued holds the ids moved back to pending, ordered by id.
 	Requeued []uuid.UUID

@@ -9,7 +9,9 @@
 #      server (pg_ctlcluster 15 main) twice, which breaks every session on
 #      it, so nothing else of ours runs meanwhile; the server is started
 #      again if it does not come back;
-#   3. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
+#   3. TestSoakAllOperations for SOAK (default 3m): every store operation at
+#      once on both queues; fails on a deadlock or a failed call;
+#   4. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
 #      integration/testdata/fuzz/FuzzDifferential/ and stay there as
 #      regression cases.
 #
@@ -33,6 +35,10 @@ if [ "${SKIP_RESTART:-0}" != 1 ]; then
   go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./ 2>&1 | figures
   bash scripts/db-start.sh
 fi
+
+echo "== every operation at once on both queues (TestSoakAllOperations, SOAK=${SOAK:-3m})"
+LEASESTORE_SOAK_DURATION="${SOAK:-3m}" go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestSoakAllOperations' ./ 2>&1 \
+  | grep -E 'soak_test\.go:[0-9]+: soak|^(---|ok|FAIL|PASS)' || true
 
 echo "== fuzzing the differential test for ${FUZZTIME:-60s}"
 go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./

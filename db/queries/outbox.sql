@@ -248,7 +248,7 @@ FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
--- OutboxEnqueue inserts one outbox row per array element, in array order, due
+-- OutboxEnqueue inserts one outbox row per array element, created in array order, due
 -- after created_at + delays[i]. Empty strings in tenant_ids mean NULL. Run it
 -- in the transaction that changes the business data (the outbox pattern).
 -- Returns the message_id of each inserted row; a message_id already present
@@ -272,7 +272,15 @@ FROM (
                unnest(@topics::text[]) AS topic,
                unnest(@delays::interval[]) AS delay
     ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
 ) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go).
+ORDER BY i.message_id
 RETURNING message_id;
 
 -- OutboxEnqueueCopy bulk-loads outbox rows with COPY; they are due at once.
@@ -375,20 +383,44 @@ LIMIT @max_rows::integer;
 
 -- OutboxPurge deletes up to batch_size terminal outbox rows whose published_at
 -- (or dead_lettered_at, when include_dead_lettered) is older than now minus
--- older_than. Active rows are never touched. Returns the number deleted; call
--- it until it returns fewer than batch_size.
+-- older_than, oldest first. Active rows are never touched, and rows locked
+-- by others are skipped. Returns the number deleted; call it until it
+-- returns fewer than batch_size. Each kind is read through its finish-time
+-- index (outbox_messages_published_idx, outbox_messages_dead_lettered_idx) up to the
+-- batch, so a call costs the rows it deletes plus one index descent per
+-- kind, at any table size; a call that deletes nothing reads a few pages.
 -- name: OutboxPurge :execrows
-DELETE FROM outbox_messages
-WHERE message_id IN (
+WITH done AS (
     SELECT message_id
     FROM outbox_messages
-    WHERE (status = 'published'
-           AND published_at < coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - @older_than::interval)
-       OR (@include_dead_lettered::boolean AND status = 'dead_lettered'
-           AND dead_lettered_at < coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - @older_than::interval)
+    WHERE status = 'published'
+      AND published_at < coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - @older_than::interval
+    ORDER BY published_at
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
-);
+), dead AS (
+    -- include_dead_lettered is a one-time filter: when false, the plan
+    -- (custom or generic) never starts this scan.
+    SELECT message_id
+    FROM outbox_messages
+    WHERE @include_dead_lettered::boolean
+      AND status = 'dead_lettered'
+      AND dead_lettered_at < coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - @older_than::interval
+    ORDER BY dead_lettered_at
+    LIMIT @batch_size::integer
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_messages
+    -- The rows are found through the primary key: = ANY of an array is
+    -- planned for a few elements, where a join to the CTEs would be planned,
+    -- in a generic plan, for a tenth of the table and hashed over a Seq
+    -- Scan. Every row is already locked by this statement, so the DELETE
+    -- waits for no one.
+WHERE message_id = ANY (ARRAY(
+    SELECT p.message_id
+    FROM (SELECT message_id FROM done UNION ALL SELECT message_id FROM dead) AS p
+    LIMIT @batch_size::integer
+));
 
 -- OutboxRelease gives leases back early for each (message_id, lease_generation)
 -- still leased to lease_owner: the row becomes pending and due at once, its
@@ -504,14 +536,28 @@ SELECT message_id, lease_expires_at::timestamptz AS lease_expires_at
 FROM renewed
 ORDER BY message_id;
 
--- OutboxRequeue moves dead-lettered outbox rows back to pending, due at once,
--- with attempt_count 0 and lease_owner, lease_expires_at, last_error and
--- dead_lettered_at cleared: every dead-lettered row when requeue_all, else
--- those in message_ids. Rows in any other status are left alone. Returns the
--- requeued message_ids in message_id order.
+-- OutboxRequeue moves the dead-lettered outbox rows among message_ids back to
+-- pending, due at once, with attempt_count 0 and lease_owner,
+-- lease_expires_at, last_error and dead_lettered_at cleared. Rows in any
+-- other status are left alone. Returns the requeued message_ids in
+-- message_id order.
 -- name: OutboxRequeue :many
-WITH requeued AS (
-    UPDATE outbox_messages
+WITH locked AS (
+    -- Found through the primary key and locked in key order (the lock
+    -- order); the status is checked again on the locked version. Only
+    -- dead letters are locked: a lock on a row in flight would make a
+    -- claim or purge that meets a later version of it wait (PostgreSQL
+    -- waits "while locking updated version" even under SKIP LOCKED), and
+    -- so join a wait cycle. integration/maintenance_plan_test.go checks
+    -- that the ids' keys are read, not every dead letter.
+    SELECT m.message_id, m.status
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY ((@message_ids::text[])::uuid[])
+      AND m.status = 'dead_lettered'
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE outbox_messages AS m
     SET status           = 'pending',
         visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
         attempt_count    = 0,
@@ -519,11 +565,57 @@ WITH requeued AS (
         lease_expires_at = NULL,
         last_error       = NULL,
         dead_lettered_at = NULL
-    WHERE status = 'dead_lettered'
-      AND (@requeue_all::boolean OR message_id = ANY ((@message_ids::text[])::uuid[]))
-    RETURNING message_id
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
 )
 SELECT message_id FROM requeued ORDER BY message_id;
+
+-- OutboxRequeueBatch requeues, as OutboxRequeue does, up to max_rows of the
+-- oldest outbox dead letters whose dead_lettered_at is at or before
+-- dead_lettered_before (NULL: now), read through outbox_messages_dead_lettered_idx
+-- and locked in message_id order. Returns one row per row it locked, in
+-- message_id order: requeued false when the row had left dead_lettered by
+-- the time it was locked. requeued_before is the bound used, to pass as
+-- dead_lettered_before to the next batch, so that rows dead-lettered again
+-- after their requeue are not taken again. No rows means none are left.
+-- name: OutboxRequeueBatch :many
+WITH picked AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'dead_lettered'
+      AND dead_lettered_at <= coalesce(sqlc.narg('dead_lettered_before')::timestamptz,
+                                       sqlc.narg('now')::timestamptz, statement_timestamp())
+    ORDER BY dead_lettered_at
+    LIMIT @max_rows::integer
+), locked AS (
+    -- As in OutboxRequeue: through the primary key, in key order.
+    SELECT m.message_id, m.status
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM picked))
+    ORDER BY m.message_id
+    FOR UPDATE
+), requeued AS (
+    UPDATE outbox_messages AS m
+    SET status           = 'pending',
+        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        attempt_count    = 0,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        last_error       = NULL,
+        dead_lettered_at = NULL
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status = 'dead_lettered'
+    RETURNING m.message_id
+)
+SELECT l.message_id, (r.message_id IS NOT NULL)::boolean AS requeued,
+       coalesce(sqlc.narg('dead_lettered_before')::timestamptz,
+                sqlc.narg('now')::timestamptz, statement_timestamp())::timestamptz AS requeued_before
+FROM locked AS l
+LEFT JOIN requeued AS r ON r.message_id = l.message_id
+ORDER BY l.message_id;
 
 -- OutboxVacuum removes dead row versions of outbox_messages and their index
 -- entries. Each claim and each outcome write leaves one dead entry at the

@@ -171,7 +171,8 @@ type IndexState struct {
 // RequiredIndexes returns the indexes queue q's statements rely on.
 func RequiredIndexes(q leasing.Queue) []string {
 	t := q.Table()
-	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_expiry_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx"}
+	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_expiry_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx",
+		t + "_" + string(q.Succeeded()) + "_idx", t + "_dead_lettered_idx"}
 	if q == leasing.Inbox {
 		idx = append(idx, "inbox_messages_idempotency_key_idx")
 	}
