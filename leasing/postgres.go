@@ -33,6 +33,16 @@ type PostgresOptions struct {
 	// caller's transaction and keep its settings, nor to VacuumIfDead,
 	// whose VACUUM skips a locked table. statement_timeout is left as the
 	// session has it: the call's context bounds how long a call runs.
+	//
+	// In pgx's cache_statement and cache_describe query modes (pgx's
+	// default is cache_statement), pgx prepares or describes a statement
+	// that is new to the connection, and again after any failed call on
+	// it, in a round trip of its own before the call's transaction; that
+	// preparation parses the statement, which waits for a locked table
+	// under the session's lock_timeout only. To bound it too, give the
+	// pool's sessions a lock_timeout as well (connection string
+	// options=-c lock_timeout=5s, or ALTER ROLE ... SET lock_timeout), or
+	// use the exec query mode.
 	LockTimeout time.Duration
 }
 
