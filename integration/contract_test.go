@@ -193,7 +193,8 @@ CREATE TRIGGER refuse_owner BEFORE UPDATE ON outbox_messages FOR EACH ROW EXECUT
 
 // TestGenericPlansStayLocal: the store's claim and fenced writes run on
 // their generic plans (pg_prepared_statements counts each execution), and
-// the plan_cache_mode they set is gone from the session afterwards.
+// the plan_cache_mode and lock_timeout the store sets are gone from the
+// session afterwards.
 func TestGenericPlansStayLocal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -215,9 +216,13 @@ func TestGenericPlansStayLocal(t *testing.T) {
 	_, err = store.Complete(ctx, held...)
 	require.NoError(t, err)
 
-	var mode string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+	_, err = store.Stats(ctx) // and an operator call's settings
+	require.NoError(t, err)
+	var mode, isolation, lockTimeout string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode'), current_setting('default_transaction_isolation'), current_setting('lock_timeout')").Scan(&mode, &isolation, &lockTimeout))
 	require.Equal(t, "auto", mode, "the setting must not outlive the store's transactions")
+	require.Equal(t, "read committed", isolation, "the session's default is untouched")
+	require.Equal(t, "0", lockTimeout, "the lock timeout must not outlive the store's transactions")
 	rows, err := pool.Query(ctx, `SELECT substring(statement FROM 'name: (\w+)'), generic_plans, custom_plans
 FROM pg_prepared_statements WHERE statement LIKE '-- name: Inbox%'`)
 	require.NoError(t, err)

@@ -49,3 +49,13 @@ func argumentError(field, format string, args ...any) error {
 // already present, and by EnqueueCopy on either queue when a message id or
 // an idempotency key is; nothing from that batch is inserted.
 var ErrDuplicate = errors.New("leasing: duplicate message id")
+
+// ErrLockTimeout is matched (errors.Is) by the error of a Postgres call
+// whose statement waited longer than PostgresOptions.LockTimeout for a lock:
+// typically the queue table's, held or requested by DDL (a migration, a
+// manual ALTER TABLE, LOCK TABLE), or a row lock held by a long transaction
+// of the application's. The server cancelled the statement before it
+// changed anything: nothing changed, so the call may be retried as it was,
+// after a pause. The error also wraps the server's *pgconn.PgError (SQLSTATE
+// 55P03, lock_not_available). Memory never returns it.
+var ErrLockTimeout = errors.New("leasing: lock timeout")

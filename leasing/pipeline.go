@@ -15,20 +15,49 @@ import (
 //
 // pgx sends a batch outside a transaction as one implicit transaction: the
 // statements commit together, once, or not at all.
+//
+// Every statement the store runs in a transaction of its own goes through a
+// pipeline, after a prelude local to that transaction (db/queries/plans.sql):
+// UseReadCommitted first, so that the store's statements run at READ
+// COMMITTED whatever default_transaction_isolation the database, role or
+// session sets, then the lock timeout (PostgresOptions.LockTimeout). The
+// prelude costs no extra round trip.
 
 // pipeline runs steps, each one generated statement on the gen.DBTX it is
 // given, in one round trip and one implicit transaction on s's pool, after
-// UseGenericPlans: pgx prepares each statement once per connection, and the
-// generic plan is then reused (the claim's and the fenced writes' generic
-// plans are their custom index plans; integration/plan_test.go checks both).
-// Planning the claim for every call costs more than running it at small
-// batches. It returns the first error: a step's, or the batch's. When
-// the server failed a statement, no statement took effect; when reading a
-// result failed on the client (context ended, connection lost, decode
-// error), the batch may have committed.
+// UseReadCommitted and UseGenericPlansAndLockTimeout: pgx prepares each
+// statement once per connection, and the generic plan is then reused (the
+// claim's and the fenced writes' generic plans are their custom index
+// plans; integration/plan_test.go checks both). Planning the claim for
+// every call costs more than running it at small batches. It returns the
+// first error: a step's, or the batch's. When the server failed a
+// statement, no statement took effect; when reading a result failed on the
+// client (context ended, connection lost, decode error), the batch may have
+// committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
-	generic := func(db gen.DBTX) error { return gen.New().UseGenericPlans(ctx, db) }
-	steps = append([]func(gen.DBTX) error{generic}, steps...)
+	settings := func(db gen.DBTX) error {
+		return gen.New().UseGenericPlansAndLockTimeout(ctx, db, gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+	}
+	return s.send(ctx, settings, steps)
+}
+
+// pipelineSessionPlans is pipeline for the statements whose plans are left
+// to the session's plan_cache_mode: operator actions, reads and Enqueue,
+// whose best plan may depend on their parameter values. It sends
+// UseReadCommitted and UseLockTimeout before steps.
+func (s *Postgres) pipelineSessionPlans(ctx context.Context, steps ...func(gen.DBTX) error) error {
+	settings := func(db gen.DBTX) error {
+		return gen.New().UseLockTimeout(ctx, db, gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout})
+	}
+	return s.send(ctx, settings, steps)
+}
+
+// send runs UseReadCommitted, settings and steps in one batch (see
+// pipeline). The error passes through mapErr, so a lock timeout is
+// ErrLockTimeout whichever statement hit it.
+func (s *Postgres) send(ctx context.Context, settings func(gen.DBTX) error, steps []func(gen.DBTX) error) error {
+	readCommitted := func(db gen.DBTX) error { return gen.New().UseReadCommitted(ctx, db) }
+	steps = append([]func(gen.DBTX) error{readCommitted, settings}, steps...)
 	var rec pgbatch.Recorder
 	for _, step := range steps {
 		if err := step(&rec); !errors.Is(err, pgbatch.ErrCaptured) {
@@ -49,5 +78,5 @@ func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) 
 	if err := results.Close(); first == nil {
 		first = err
 	}
-	return first
+	return mapErr(first)
 }

@@ -21,23 +21,84 @@ type PostgresOptions struct {
 	// database's. It exists for tests that must step time without sleeping;
 	// production leaves it nil so that the database clock decides.
 	Now func() time.Time
+
+	// LockTimeout bounds how long each statement of a call waits for one
+	// lock (PostgreSQL's lock_timeout, set local to the call's own
+	// transaction): a queue table locked by DDL, or a row locked by a long
+	// transaction, makes the call fail with ErrLockTimeout within about
+	// that time, having changed nothing, instead of holding a pool
+	// connection for as long as the lock lasts. 1ms..MaxLockTimeout,
+	// a whole number of milliseconds is sent (sub-millisecond parts are
+	// dropped). Defaults to DefaultLockTimeout.
+	//
+	// It does not apply to EnqueueTx and EnqueueCopy, which run in the
+	// caller's transaction and keep its settings, nor to VacuumIfDead,
+	// whose VACUUM skips a locked table. statement_timeout is left as the
+	// session has it: the call's context bounds how long a call runs.
+	//
+	// In pgx's cache_statement and cache_describe query modes (pgx's
+	// default is cache_statement), pgx prepares or describes a statement
+	// that is new to the connection, and again after any failed call on
+	// it, in a round trip of its own before the call's transaction; that
+	// preparation parses the statement, which waits for a locked table
+	// under the session's lock_timeout only. To bound it too, give the
+	// pool's sessions a lock_timeout as well (connection string
+	// options=-c lock_timeout=5s, or ALTER ROLE ... SET lock_timeout), or
+	// use the exec query mode.
+	LockTimeout time.Duration
+}
+
+// DefaultLockTimeout is PostgresOptions.LockTimeout when it is 0: 5
+// seconds. The store's own statements hold row locks for one statement
+// each (milliseconds) and claims skip locked rows, so it never fires
+// between processors; DDL that holds or waits for the queue table's
+// ACCESS EXCLUSIVE lock fails calls within 5 seconds instead of queueing
+// every one behind it. Five tries of an outcome write (the processor's)
+// fit in the default 30-second lease.
+const DefaultLockTimeout = 5 * time.Second
+
+// MaxLockTimeout is the longest PostgresOptions.LockTimeout, PostgreSQL's
+// limit for lock_timeout (2^31-1 milliseconds, about 24.8 days): the value
+// that waits for locks as long as the context allows.
+const MaxLockTimeout = time.Duration(1<<31-1) * time.Millisecond
+
+// lockTimeoutSetting validates d (see PostgresOptions.LockTimeout) and
+// returns it as the text UseLockTimeout sets, in milliseconds.
+func lockTimeoutSetting(d time.Duration) (string, error) {
+	switch {
+	case d == 0:
+		d = DefaultLockTimeout
+	case d < time.Millisecond:
+		return "", argumentError("lock timeout", "must be 0 (the default, %s) or 1ms..%s, got %s", DefaultLockTimeout, MaxLockTimeout, d)
+	case d > MaxLockTimeout:
+		return "", argumentError("lock timeout", "must be at most %s, got %s", MaxLockTimeout, d)
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds()), nil
 }
 
 // Postgres is the PostgreSQL Store for one queue, over a pgx pool and the
-// sqlc queries in db/queries. Each method runs one statement in its own
-// transaction (autocommit); EnqueueTx joins the caller's transaction, and
-// CompleteAndClaim runs two statements in one.
+// sqlc queries in db/queries. Each method runs its statements in a
+// transaction of its own, one round trip (an implicit transaction of one
+// pgx batch); EnqueueTx and EnqueueCopy join the caller's transaction, and
+// VacuumIfDead runs VACUUM, which cannot run in a transaction.
 //
-// Claim, CompleteAndClaim, Renew, Release, Complete, Fail and DeadLetter,
-// the calls a processor makes for every batch, send their statement in one
-// round trip after UseGenericPlans (db/queries/plans.sql): PostgreSQL reuses
-// the statement's generic plan instead of planning it again for every call.
-// The setting is local to that implicit transaction.
+// Each own transaction starts with settings local to it
+// (db/queries/plans.sql): READ COMMITTED isolation, whatever
+// default_transaction_isolation the database, the role or the session sets
+// (serializable or repeatable read would turn a claim or fenced write that
+// met a concurrent update into a serialization failure), and
+// PostgresOptions.LockTimeout. Claim, CompleteAndClaim, Renew, Release,
+// Complete, Fail and DeadLetter, the calls a processor makes for every
+// batch, also set plan_cache_mode = force_generic_plan: PostgreSQL reuses
+// the statement's generic plan instead of planning it again for every
+// call. The settings end with that transaction and never reach the
+// session.
 type Postgres struct {
-	pool  *pgxpool.Pool
-	queue Queue
-	sql   queueSQL
-	now   func() time.Time
+	pool        *pgxpool.Pool
+	queue       Queue
+	sql         queueSQL
+	now         func() time.Time
+	lockTimeout string // lock_timeout setting, e.g. "5000ms"
 }
 
 var _ Store = (*Postgres)(nil)
@@ -51,7 +112,8 @@ var _ Store = (*Postgres)(nil)
 // default_query_exec_mode=exec (or cache_describe, or simple_protocol);
 // cache_statement and describe_exec need a session of their own.
 //
-// Errors: an *ArgumentError for a nil pool or an unknown queue.
+// Errors: an *ArgumentError for a nil pool, an unknown queue or a
+// LockTimeout out of range.
 func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, error) {
 	if pool == nil {
 		return nil, argumentError("pool", "must not be nil")
@@ -59,7 +121,11 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	if _, err := ParseQueue(string(q)); err != nil {
 		return nil, err
 	}
-	return &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now}, nil
+	lockTimeout, err := lockTimeoutSetting(opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout}, nil
 }
 
 // Queue returns the queue this store serves.
@@ -78,9 +144,14 @@ func (s *Postgres) pinned() *time.Time {
 	return &t
 }
 
-// Enqueue implements Store.Enqueue in its own transaction.
+// Enqueue implements Store.Enqueue in its own transaction, at READ
+// COMMITTED with the store's lock timeout.
+//
+// Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
+// for an outbox id already present; ErrLockTimeout; otherwise the driver
+// error.
 func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
-	return s.enqueue(ctx, s.pool, msgs)
+	return s.enqueue(ctx, nil, msgs)
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction tx, so that messages
@@ -89,19 +160,39 @@ func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResu
 // on the store's pool or any connection to the same database, e.g. with
 // pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ... }).
 //
+// The INSERT runs with tx's settings, untouched: its isolation level and
+// its lock_timeout, not READ COMMITTED and PostgresOptions.LockTimeout. In
+// a REPEATABLE READ or SERIALIZABLE tx, an inbox duplicate that another
+// transaction committed after tx took its snapshot fails the INSERT with a
+// serialization failure (SQLSTATE 40001, the transaction is aborted) where
+// READ COMMITTED skips it: retry tx, as for any serialization failure. Set
+// lock_timeout in tx yourself (SET LOCAL lock_timeout) to bound its wait
+// behind DDL.
+//
 // Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
-// for an outbox id already present (the transaction is then aborted);
+// for an outbox id already present; ErrLockTimeout when tx's own
+// lock_timeout ran out (the transaction is aborted after either);
 // otherwise the driver error.
 func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) (EnqueueResult, error) {
+	if tx == nil {
+		return EnqueueResult{}, argumentError("tx", "must not be nil")
+	}
 	return s.enqueue(ctx, tx, msgs)
 }
 
-func (s *Postgres) enqueue(ctx context.Context, db gen.DBTX, msgs []NewMessage) (EnqueueResult, error) {
+// enqueue inserts msgs in tx, or in a transaction of its own when tx is nil.
+func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (EnqueueResult, error) {
 	msgs, err := validateMessages(s.queue, msgs)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	inserted, err := s.sql.enqueue(ctx, db, s.pinned(), msgs)
+	now := s.pinned()
+	var inserted []uuid.UUID
+	if tx != nil {
+		inserted, err = s.sql.enqueue(ctx, tx, now, msgs)
+	} else {
+		err = s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { inserted, err = s.sql.enqueue(ctx, db, now, msgs); return err })
+	}
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w", s.queue, err)
 	}
@@ -111,11 +202,13 @@ func (s *Postgres) enqueue(ctx context.Context, db gen.DBTX, msgs []NewMessage) 
 // EnqueueCopy bulk-loads msgs with COPY inside the caller's transaction tx:
 // the fastest way to add many messages. Rows are due at once (Delay must be
 // 0) and get the database clock; a duplicate id or idempotency key fails
-// the whole copy. Returns the ids in input order.
+// the whole copy. Returns the ids in input order. COPY runs with tx's
+// settings, untouched: its isolation level and its lock_timeout, not
+// PostgresOptions.LockTimeout (see EnqueueTx).
 //
 // Errors: an *ArgumentError for bad messages or a non-zero Delay;
-// ErrDuplicate for an id or idempotency key already present; otherwise the
-// driver error.
+// ErrDuplicate for an id or idempotency key already present; ErrLockTimeout
+// when tx's own lock_timeout ran out; otherwise the driver error.
 func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) ([]uuid.UUID, error) {
 	msgs, err := validateMessages(s.queue, msgs)
 	if err != nil {
@@ -193,7 +286,9 @@ func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid
 	if held == nil {
 		held = []uuid.UUID{}
 	}
-	ids, err := s.sql.releaseOrphans(ctx, s.pool, s.pinned(), owner, held)
+	now := s.pinned()
+	var ids []uuid.UUID
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { ids, err = s.sql.releaseOrphans(ctx, db, now, owner, held); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: release orphans %s: %w", s.queue, err)
 	}
@@ -278,7 +373,9 @@ func (s *Postgres) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult
 	if err := validateIDs(ids); err != nil {
 		return RequeueResult{}, err
 	}
-	requeued, err := s.sql.requeue(ctx, s.pool, s.pinned(), ids)
+	now := s.pinned()
+	var requeued []uuid.UUID
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { requeued, err = s.sql.requeue(ctx, db, now, ids); return err })
 	if err != nil {
 		return RequeueResult{}, fmt.Errorf("leasing: requeue %s: %w", s.queue, err)
 	}
@@ -301,7 +398,11 @@ func (s *Postgres) RequeueAll(ctx context.Context) (RequeueResult, error) {
 	requeued := []uuid.UUID{}
 	var before *time.Time
 	for {
-		b, err := s.sql.requeueBatch(ctx, s.pool, s.pinned(), before, MaxBatchSize)
+		var b requeueBatch
+		err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) {
+			b, err = s.sql.requeueBatch(ctx, db, s.pinned(), before, MaxBatchSize)
+			return err
+		})
 		if err != nil {
 			return RequeueResult{}, fmt.Errorf("leasing: requeue %s (after %d requeued): %w", s.queue, len(requeued), err)
 		}
@@ -325,23 +426,30 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 	if err := r.validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.sql.purge(ctx, s.pool, s.pinned(), r)
+	now := s.pinned()
+	var n int64
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { n, err = s.sql.purge(ctx, db, now, r); return err })
 	if err != nil {
 		return 0, fmt.Errorf("leasing: purge %s: %w", s.queue, err)
 	}
 	return int(n), nil
 }
 
-// Stats implements Store.Stats. Depth counts every row of the table, which
-// costs a scan of the table on each call; call it every few seconds at most.
+// Stats implements Store.Stats with two statements in one round trip.
+// Depth counts every row of the table, which costs a scan of the table on
+// each call; call it every few seconds at most.
 func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
-	counts, err := s.sql.countByStatus(ctx, s.pool)
+	now := s.pinned()
+	var (
+		counts map[Status]int64
+		health leaseHealth
+	)
+	err := s.pipelineSessionPlans(ctx,
+		func(db gen.DBTX) (err error) { counts, err = s.sql.countByStatus(ctx, db); return err },
+		func(db gen.DBTX) (err error) { health, err = s.sql.leaseHealth(ctx, db, now); return err },
+	)
 	if err != nil {
-		return Stats{}, fmt.Errorf("leasing: count %s: %w", s.queue, err)
-	}
-	health, err := s.sql.leaseHealth(ctx, s.pool, s.pinned())
-	if err != nil {
-		return Stats{}, fmt.Errorf("leasing: lease health %s: %w", s.queue, err)
+		return Stats{}, fmt.Errorf("leasing: stats %s: %w", s.queue, err)
 	}
 	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.expiredLeases, OldestDueAge: health.oldestDueAge}
 	for status, n := range counts {
@@ -352,7 +460,8 @@ func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
 
 // Get implements Store.Get.
 func (s *Postgres) Get(ctx context.Context, id uuid.UUID) (Row, error) {
-	r, err := s.sql.get(ctx, s.pool, id)
+	var r Row
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { r, err = s.sql.get(ctx, db, id); return err })
 	if errors.Is(err, ErrNotFound) {
 		return Row{}, fmt.Errorf("%w: %s message %s", err, s.queue, id)
 	}
@@ -371,7 +480,8 @@ func (s *Postgres) List(ctx context.Context, createdAt time.Time, id uuid.UUID, 
 	if err := validateCount("list limit", limit); err != nil {
 		return nil, err
 	}
-	rows, err := s.sql.list(ctx, s.pool, createdAt, id, limit)
+	var rows []Row
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { rows, err = s.sql.list(ctx, db, createdAt, id, limit); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: list %s: %w", s.queue, err)
 	}

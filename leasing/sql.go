@@ -101,12 +101,16 @@ type leaseHealth struct {
 
 // mapErr is the one translation of driver errors into leasing's: a unique
 // violation becomes ErrDuplicate with the server's detail, pgx.ErrNoRows
-// becomes ErrNotFound; other errors, and nil, pass unchanged.
+// becomes ErrNotFound, lock_not_available (SQLSTATE 55P03, the statement's
+// lock_timeout ran out) becomes ErrLockTimeout wrapping the server's error;
+// other errors, nil, and errors it already mapped pass unchanged.
 func mapErr(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil:
-		return nil
+	case err == nil, errors.Is(err, ErrLockTimeout):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505":
 		return fmt.Errorf("%w: %s", ErrDuplicate, pgErr.Detail)
 	case errors.Is(err, pgx.ErrNoRows):

@@ -1,9 +1,12 @@
 package leasing
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,4 +19,41 @@ func TestIDTexts(t *testing.T) {
 	}
 	require.Equal(t, want, idTexts(ids))
 	require.Equal(t, []string{}, idTexts(nil), "never nil: an empty array, not NULL")
+}
+
+func TestMapErrLockTimeout(t *testing.T) {
+	t.Parallel()
+	server := &pgconn.PgError{Code: "55P03", Message: "canceling statement due to lock timeout"}
+	err := mapErr(fmt.Errorf("batch: %w", server))
+	require.ErrorIs(t, err, ErrLockTimeout)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the server's error stays in the chain")
+	require.Equal(t, "55P03", pgErr.Code)
+	require.Equal(t, err, mapErr(err), "mapping twice changes nothing")
+	require.NotErrorIs(t, mapErr(&pgconn.PgError{Code: "40001"}), ErrLockTimeout)
+}
+
+func TestLockTimeoutSetting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "5000ms"},
+		{time.Millisecond, "1ms"},
+		{1500 * time.Microsecond, "1ms"},
+		{2 * time.Second, "2000ms"},
+		{MaxLockTimeout, "2147483647ms"},
+	} {
+		got, err := lockTimeoutSetting(c.in)
+		require.NoError(t, err, c.in)
+		require.Equal(t, c.want, got, c.in)
+	}
+	for _, bad := range []time.Duration{-time.Millisecond, -1, time.Microsecond, MaxLockTimeout + time.Millisecond} {
+		_, err := lockTimeoutSetting(bad)
+		require.ErrorIs(t, err, ErrInvalidArgument, bad)
+		var ae *ArgumentError
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, "lock timeout", ae.Field)
+	}
 }

@@ -31,7 +31,10 @@ type Vacuum struct {
 // VacuumIfDead runs VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) on the queue's
 // table (db/queries/maintenance.sql) when PostgreSQL's statistics count at
 // least deadRows (> 0) dead row versions in it and no VACUUM of it is
-// running. VACUUM holds one pool connection, outside any transaction, for
+// running. The check runs at READ COMMITTED like every other statement of
+// the store; VACUUM cannot run in a transaction, and SKIP_LOCKED makes it
+// skip a table it cannot lock at once, so the lock timeout does not
+// concern it. VACUUM holds one pool connection, outside any transaction, for
 // as long as it runs: size the pool with one connection to spare for it.
 // Concurrent callers are safe (one vacuums, the others skip).
 //
@@ -42,8 +45,11 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 	if err := ValidatePositive("vacuum dead rows", deadRows); err != nil {
 		return Vacuum{}, err
 	}
-	g := gen.New()
-	st, err := g.VacuumState(ctx, s.pool, gen.VacuumStateParams{TableName: s.queue.Table()})
+	var st gen.VacuumStateRow
+	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) {
+		st, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.Table()})
+		return err
+	})
 	if err != nil {
 		return Vacuum{}, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
 	}

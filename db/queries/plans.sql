@@ -1,10 +1,30 @@
--- UseGenericPlans makes the statements that follow in the current
--- transaction reuse the generic plan of their prepared statement instead of
--- planning again for every call's parameter values. The store sends it
--- first in the same round trip and implicit transaction as its claim and
--- complete statements, whose generic plans are the same index plans as
--- their custom ones (leasectl doctor explains both). is_local = true: the
--- setting ends with the transaction and never reaches the caller's session.
--- name: UseGenericPlans :exec
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+-- UseReadCommitted makes the rest of the current transaction run at READ
+-- COMMITTED, whatever default_transaction_isolation the database, the role
+-- or the session sets: the store's statements rely on it (a claim or a
+-- fenced write that waited for a row lock re-checks the row's new version
+-- instead of failing with a serialization error, SQLSTATE 40001). It must be
+-- the transaction's first statement; set_config('transaction_isolation')
+-- cannot take its place, as it refuses to run once a query has.
+-- name: UseReadCommitted :exec
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
+-- UseGenericPlansAndLockTimeout makes the statements that follow in the current
+-- transaction reuse the generic plan of their prepared statement instead of
+-- planning again for every call's parameter values, and sets the
+-- transaction's lock_timeout to lock_timeout (text with a unit, e.g.
+-- '5000ms'). The store sends it after UseReadCommitted with its claim and
+-- fenced-write statements, whose generic plans are the same index plans as
+-- their custom ones (leasectl doctor explains both). is_local = true: the
+-- settings end with the transaction.
+-- name: UseGenericPlansAndLockTimeout :exec
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('lock_timeout', @lock_timeout::text, true);
+
+-- UseLockTimeout sets the current transaction's lock_timeout to
+-- lock_timeout (text with a unit, e.g. '5000ms'): a statement that waits
+-- longer than that for one lock (a table lock behind DDL, or a row lock)
+-- fails with SQLSTATE 55P03 and changes nothing. The store sends it after
+-- UseReadCommitted with its operator statements, which keep the session's
+-- plan_cache_mode. is_local = true: the setting ends with the transaction.
+-- name: UseLockTimeout :exec
+SELECT set_config('lock_timeout', @lock_timeout::text, true);

@@ -297,7 +297,13 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 			return g.DiagnosticsOutboxOverdue(ctx, db, gen.DiagnosticsOutboxOverdueParams(p))
 		}
 	}
-	if qr.Overdue, err = overdue(ctx, pool, gen.DiagnosticsInboxOverdueParams{MinDue: opts.MaxOldestDue}); err != nil {
+	// The overdue check reads the queue table: READ COMMITTED and read
+	// only, as the store's statements run, whatever the defaults.
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
+		qr.Overdue, err = overdue(ctx, tx, gen.DiagnosticsInboxOverdueParams{MinDue: opts.MaxOldestDue})
+		return err
+	})
+	if err != nil {
 		return qr, fmt.Errorf("doctor: %w", err)
 	}
 	if qr.Overdue {

@@ -166,7 +166,8 @@ const explainGenericSQL = explainPrefix + "EXECUTE " + explainPrepared + `(
 var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
 
 // explainRolledBack runs stmt under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-// in a transaction on conn that it rolls back, and returns the output.
+// in a READ COMMITTED transaction on conn that it rolls back, and returns
+// the output.
 //
 // With generic it prepares stmt as explainPrepared, forces the generic plan
 // for the transaction and explains an EXECUTE of it with the arguments of r
@@ -183,7 +184,10 @@ func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt pgbatch.Stateme
 			return nil, fmt.Errorf("the generated claim takes parameters of types %v, not %v: update explainGenericSQL", sd.ParamOIDs, explainGenericParams)
 		}
 	}
-	tx, err := conn.Begin(ctx)
+	// READ COMMITTED, as leasing.Postgres runs its claims: under a
+	// serializable or repeatable read default, the claim would fail on a
+	// row another transaction updated since the snapshot.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, err
 	}
