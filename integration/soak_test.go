@@ -43,9 +43,10 @@ func soakDuration(t *testing.T) time.Duration {
 // reclaimed them, ReleaseOrphans, Requeue by id (in reverse id order) and
 // RequeueAll, Purge with and without dead letters, VacuumIfDead and the
 // processors' vacuum policy (processor.KeepVacuumed). It asserts the store's
-// one lock order (db/queries/queue.sql.tmpl): the database's deadlock
-// counter did not move, and no call returned an error (outcomes such as
-// lost or terminal are answers, not errors).
+// one lock order (db/queries/queue.sql.tmpl): no call returned an error
+// (outcomes such as lost or terminal are answers, not errors), and the
+// database's deadlock counter moved no more than the one cycle that order
+// cannot prevent explains (see the bound below).
 func TestSoakAllOperations(t *testing.T) {
 	t.Parallel()
 	url := dbtest.DatabaseURL(t)
@@ -98,7 +99,15 @@ func TestSoakAllOperations(t *testing.T) {
 	for _, e := range s.firstErrors() {
 		t.Errorf("soak: call failed: %v", e)
 	}
-	require.Zero(t, after-before, "pg_stat_database.deadlocks moved")
+	// No call failed, deadlocks included: the store sends a deadlock's
+	// victim again (leasing/pipeline.go). The counter still counts those,
+	// from the one cycle the lock order cannot prevent (a SKIP LOCKED claim
+	// that follows a just-updated row waits, about once in 100,000 calls,
+	// see deadlockRetries). A statement out of the lock order deadlocks far
+	// more often (main's Requeue and Enqueue before this suite: 25 in 60 s),
+	// and this bound catches it.
+	allowed := 1 + total/20_000
+	require.LessOrEqual(t, after-before, allowed, "pg_stat_database.deadlocks moved more than the known SKIP LOCKED cycle explains")
 	require.Zero(t, s.failed.Load(), "failed calls")
 	// Every kind ran at least once, or the soak did not test it.
 	for _, k := range soakKinds {
