@@ -164,6 +164,11 @@ type Row struct {
 	FinishedAt *time.Time
 	// DeadLetteredAt is set while the row is dead_lettered.
 	DeadLetteredAt *time.Time
+	// Attempts is the attempt history: the last AttemptHistoryLimit finished
+	// attempts (and operator actions), oldest first, never nil. The attempt
+	// in flight, if any, is not in it yet: LeaseOwner, LeaseGeneration and
+	// LastAttemptedAt describe it.
+	Attempts []Attempt
 }
 
 // String names the lease for logs: queue, message id, owner and generation.

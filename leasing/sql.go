@@ -31,6 +31,7 @@ type queueSQL interface {
 	complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
 	fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
 	deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
+	deadLetterByID(ctx context.Context, db gen.DBTX, now *time.Time, r DeadLetterByIDRequest) (deadLetterByID, error)
 	requeue(ctx context.Context, db gen.DBTX, now *time.Time, all bool, ids []uuid.UUID) ([]uuid.UUID, error)
 	purge(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error)
 	// countByStatus returns the rows per status; statuses without rows are absent.
@@ -71,11 +72,24 @@ type fenceArgs struct {
 	generations []int64
 }
 
-// failArgs are fenceArgs with each lease's retry delay and error text.
+// failArgs are fenceArgs with each lease's retry delay and error text, as
+// last_error keeps it and as the attempt history keeps it.
 type failArgs struct {
 	fenceArgs
-	retryDelays []time.Duration
-	lastErrors  []string
+	retryDelays   []time.Duration
+	lastErrors    []string
+	attemptErrors []string
+}
+
+// deadLetterByID is one DeadLetterByID row: the outcome, the message's
+// status, lease owner and expiry before the call, and the history entry
+// written (nil when refused).
+type deadLetterByID struct {
+	outcome        string
+	status         Status
+	leaseOwner     string
+	leaseExpiresAt *time.Time
+	entry          []byte
 }
 
 // leaseHealth is one LeaseHealth row.
