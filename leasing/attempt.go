@@ -12,12 +12,16 @@ import (
 // this constant into the SQL (db/queries/queue.sql.tmpl), so that both
 // stores keep the same bound.
 //
-// What the bound costs: an entry takes about 150 bytes, plus its error text
-// (at most MaxAttemptErrorBytes), in the row version each outcome write
-// makes anyway; a row that finished on its first attempt carries one entry.
-// A full history of short errors is about 4 KiB (PostgreSQL compresses it
-// once the row passes 2 KiB); the worst case, 20 errors of 1 KiB, about
-// 24 KiB per row.
+// What the bound costs: an entry takes about 220 bytes of jsonb (two
+// timestamps, the owner, the keys), plus its error text (at most
+// MaxAttemptErrorBytes), in the row version each outcome write makes
+// anyway: no extra statement, index entry or table. A message that
+// succeeds at its first attempt carries one entry. A full history of
+// 50-byte errors is about 5.6 KiB before compression (PostgreSQL
+// compresses and, past about 2 KiB, moves it out of the row: a full
+// history of repeated errors stores in under 1 KiB); the worst case, 20
+// distinct errors of 1 KiB, is about 25 KiB per row, which every write of
+// that row then copies.
 const AttemptHistoryLimit = 20
 
 // MaxAttemptErrorBytes is the longest error text one history entry keeps,

@@ -13,7 +13,7 @@
 --
 -- In the row rather than in a child table: the writes already rewrite the
 -- row (MVCC), so the append costs the entry's bytes in the new row version
--- (about 150-250 bytes per entry, at most 20 entries) and no extra index
+-- (about 220 bytes per entry plus its error, at most 20 entries) and no extra index
 -- entries, no second table to lock, vacuum or purge with the row. A child
 -- table would add an INSERT (heap and index) per attempt and a DELETE of
 -- the oldest to keep the bound, and a join to every read.
