@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
@@ -215,4 +217,51 @@ func TestClaimLeavesHistoryOfDueRows(t *testing.T) {
 		"SELECT count(*) FROM inbox_messages WHERE attempts <> '[]' OR message_id <> ALL($1::uuid[])",
 		[]uuid.UUID{leases[0].Message.ID, leases[1].Message.ID, leases[2].Message.ID}).Scan(&n))
 	require.Zero(t, n)
+}
+
+// TestRolesKeepWorkingAcross00006: a database whose roles were applied at
+// migration 00005 is migrated to 00006 and db/roles.sql is not run again:
+// processors of this version, which write the attempts column, still work,
+// because the migration grants leasestore_processor UPDATE on it.
+func TestRolesKeepWorkingAcross00006(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := dbtest.NewEmptyDatabase(t)
+	pool := newPool(t, url, "", 2)
+	provider, sqlDB, err := db.NewMigrator(pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	_, err = provider.UpTo(ctx, 5)
+	require.NoError(t, err)
+	// db/roles.sql as it was before 00006: without the attempts column.
+	before := strings.ReplaceAll(rolesSQL(t), ", attempts)", ")")
+	require.NotEqual(t, rolesSQL(t), before)
+	rolesMu.Lock()
+	_, err = adminConn(t, url).Exec(ctx, before)
+	rolesMu.Unlock()
+	require.NoError(t, err)
+	_, err = provider.Up(ctx)
+	require.NoError(t, err)
+
+	role := loginRole(t, url, "leasestore_processor")
+	for _, q := range queuesBoth {
+		store := openStore(t, asUser(t, url, role), q, leasing.PostgresOptions{})
+		msg := leasing.NewMessage{}
+		if q == leasing.Outbox {
+			msg.Topic = "t"
+		}
+		_, err := store.Enqueue(ctx, msg)
+		require.NoError(t, err)
+		l := claimOne(t, store, "w")
+		res, err := store.Fail(ctx, leasing.Failure{Lease: l, Error: "boom"})
+		require.NoError(t, err, q)
+		require.NoError(t, res.Err())
+		l = claimOne(t, store, "w")
+		res, err = store.Complete(ctx, l)
+		require.NoError(t, err, q)
+		require.NoError(t, res.Err())
+		row, err := store.Get(ctx, l.Message.ID)
+		require.NoError(t, err)
+		require.Len(t, row.Attempts, 2)
+	}
 }

@@ -33,6 +33,20 @@ ALTER TABLE inbox_messages ADD CONSTRAINT inbox_messages_attempts_check
 ALTER TABLE outbox_messages ADD CONSTRAINT outbox_messages_attempts_check
     CHECK (jsonb_typeof(attempts) = 'array') NOT VALID;
 
+-- Every claim and outcome write now updates attempts: give the processor
+-- role of db/roles.sql that right here, so that processors of this version
+-- keep working before db/roles.sql is run again (as it should be after
+-- every migration). Roles of your own need UPDATE (attempts) too.
+-- +goose StatementBegin
+DO $grant$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'leasestore_processor') THEN
+        GRANT UPDATE (attempts) ON inbox_messages, outbox_messages TO leasestore_processor;
+    END IF;
+END
+$grant$;
+-- +goose StatementEnd
+
 COMMENT ON COLUMN inbox_messages.attempts IS 'Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (completed, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).';
 COMMENT ON COLUMN outbox_messages.attempts IS 'Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (published, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).';
 
