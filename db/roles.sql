@@ -18,8 +18,9 @@
 --   * SELECT on both tables: claim, get, list, stats read every column;
 --   * INSERT on both tables: Enqueue, EnqueueTx and EnqueueCopy (services
 --     enqueue in the transaction that changes their data);
---   * UPDATE on the lease and outcome columns only: claim, renew, release,
---     complete, fail, dead-letter and requeue. Message content (id, type,
+--   * UPDATE on the lease and outcome columns only (attempts, the attempt
+--     history, included): claim, renew, release, complete, fail,
+--     dead-letter and requeue. Message content (id, type,
 --     payload, headers, tenant, idempotency key, topic, created_at) is not
 --     updatable: a processor cannot rewrite a message or move it to another
 --     tenant.
@@ -67,10 +68,10 @@ REVOKE ALL ON inbox_messages, outbox_messages FROM leasestore_processor, leasest
 GRANT SELECT, INSERT ON inbox_messages, outbox_messages TO leasestore_processor;
 
 GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
-              attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at)
+              attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at, attempts)
     ON inbox_messages TO leasestore_processor;
 GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
-              attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at)
+              attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at, attempts)
     ON outbox_messages TO leasestore_processor;
 
 GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;

@@ -49,6 +49,7 @@ WITH ready AS (
     FROM inbox_messages
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
+
     ORDER BY created_at, message_id
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
@@ -83,10 +84,18 @@ WITH ready AS (
         lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $4::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
+        last_attempted_at = coalesce($1::timestamptz, statement_timestamp()),
+        -- Only a reclaimed lease (the row was in flight) adds to the history:
+        -- a claim of a pending or failed row keeps the column as it is.
+        attempts          = CASE WHEN m.status = 'processing'
+            THEN (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+                'claimed_at', m.last_attempted_at, 'finished_at', m.lease_expires_at, 'outcome', 'expired')))
+            ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
@@ -176,6 +185,7 @@ WITH ready AS (
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
       AND tenant_id = $2::text
+
     ORDER BY created_at, message_id
     LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
@@ -211,10 +221,18 @@ WITH ready AS (
         lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $5::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce($1::timestamptz, statement_timestamp())
+        last_attempted_at = coalesce($1::timestamptz, statement_timestamp()),
+        -- Only a reclaimed lease (the row was in flight) adds to the history:
+        -- a claim of a pending or failed row keeps the column as it is.
+        attempts          = CASE WHEN m.status = 'processing'
+            THEN (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+                'claimed_at', m.last_attempted_at, 'finished_at', m.lease_expires_at, 'outcome', 'expired')))
+            ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
@@ -315,7 +333,7 @@ WITH input AS (
     -- array parameter for 10 elements and would nest that join, at
     -- O(batch²).
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -324,7 +342,12 @@ WITH input AS (
     UPDATE inbox_messages AS m
     SET status           = 'completed',
         completed_at     = coalesce($4::timestamptz, statement_timestamp()),
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($4::timestamptz, statement_timestamp()),
+            'outcome', 'completed')))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'processing'
@@ -336,8 +359,10 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'completed' AND l.lease_owner = $1::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "completed" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', $1::text))
+                OR (l.status = 'completed' AND l.lease_owner = $1::text
+                    AND l.lease_generation = i.lease_generation) THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -359,10 +384,12 @@ type InboxCompleteRow struct {
 }
 
 // InboxComplete writes completed (completed_at = now) for each
-// (message_id, lease_generation) still leased to lease_owner, and returns one
-// outcome per input row: applied; already_applied when this lease had already
-// completed it; terminal when it is completed or dead-lettered under another
-// lease; lost when the lease moved on; not_found.
+// (message_id, lease_generation) still leased to lease_owner, appends the
+// attempt's entry to attempts, and returns one outcome per input row:
+// applied; already_applied when this lease had already completed it (its
+// entry in attempts, or, for rows written before attempts existed, the lease
+// columns say so); terminal when it is completed or dead-lettered under
+// another lease; lost when the lease moved on; not_found.
 func (q *Queries) InboxComplete(ctx context.Context, db DBTX, arg InboxCompleteParams) ([]InboxCompleteRow, error) {
 	rows, err := db.Query(ctx, inboxComplete,
 		arg.LeaseOwner,
@@ -424,13 +451,14 @@ func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]InboxCount
 
 const inboxDeadLetter = `-- name: InboxDeadLetter :many
 WITH input AS (
-    SELECT unnest(($1::text[])::uuid[]) AS message_id,
-           unnest($2::bigint[]) AS lease_generation,
-           unnest($3::text[]) AS last_error
+    SELECT unnest(($2::text[])::uuid[]) AS message_id,
+           unnest($3::bigint[]) AS lease_generation,
+           unnest($4::text[]) AS last_error,
+           unnest($5::text[]) AS attempt_error
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation, i.last_error
+           m.attempts, i.lease_generation AS input_generation, i.last_error, i.attempt_error
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -438,15 +466,20 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'dead_lettered',
-        dead_lettered_at = coalesce($4::timestamptz, statement_timestamp()),
+        dead_lettered_at = coalesce($6::timestamptz, statement_timestamp()),
         last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
-        outcome          = 'dead_lettered'
+        outcome          = 'dead_lettered',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($6::timestamptz, statement_timestamp()),
+            'outcome', 'dead_lettered', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'processing'
-      AND l.lease_owner = $5::text
+      AND l.lease_owner = $1::text
       AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
@@ -454,7 +487,9 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "dead_lettered" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', $1::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered') THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -464,11 +499,12 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxDeadLetterParams struct {
+	LeaseOwner       string
 	MessageIds       []string
 	LeaseGenerations []int64
 	LastErrors       []string
+	AttemptErrors    []string
 	Now              *time.Time
-	LeaseOwner       string
 }
 
 type InboxDeadLetterRow struct {
@@ -478,15 +514,19 @@ type InboxDeadLetterRow struct {
 
 // InboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
 // for each (message_id, lease_generation, last_error) still leased to
-// lease_owner. Outcomes as for InboxComplete; already_applied when this lease
-// had already dead-lettered it (outcome_generation and outcome record that).
+// lease_owner, and appends the attempt's entry, with attempt_error, to
+// attempts. Outcomes as for InboxComplete; already_applied when this lease had
+// already dead-lettered it: its entry in attempts says so, whatever happened
+// after (outcome_generation and outcome, the latest such write only, are
+// still written and read, for code of earlier versions).
 func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLetterParams) ([]InboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, inboxDeadLetter,
+		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.LastErrors,
+		arg.AttemptErrors,
 		arg.Now,
-		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -504,6 +544,99 @@ func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLet
 		return nil, err
 	}
 	return items, nil
+}
+
+const inboxDeadLetterByID = `-- name: InboxDeadLetterByID :one
+WITH locked AS (
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_expires_at
+    FROM inbox_messages AS m
+    WHERE m.message_id = $1::uuid
+    FOR UPDATE
+), applied AS (
+    UPDATE inbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce($2::timestamptz, statement_timestamp()),
+        last_error       = $3::text,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        lease_generation = CASE WHEN m.status = 'processing' THEN m.lease_generation + 1 ELSE m.lease_generation END,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count,
+            'generation', CASE WHEN m.status = 'processing' THEN m.lease_generation ELSE 0 END,
+            'owner', CASE WHEN m.status = 'processing' THEN m.lease_owner END,
+            'claimed_at', CASE WHEN m.status = 'processing' THEN m.last_attempted_at END,
+            'finished_at', coalesce($2::timestamptz, statement_timestamp()),
+            'outcome', 'dead_lettered', 'error', nullif($4::text, ''), 'operator', true,
+            'forced', CASE WHEN m.status = 'processing'
+                            AND m.lease_expires_at > coalesce($2::timestamptz, statement_timestamp())
+                           THEN true END)))
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status NOT IN ('completed', 'dead_lettered')
+      AND ($5::boolean OR l.status <> 'processing'
+           OR l.lease_expires_at <= coalesce($2::timestamptz, statement_timestamp()))
+    RETURNING m.message_id, (m.attempts -> -1)::jsonb AS entry
+)
+SELECT (CASE
+           WHEN a.message_id IS NOT NULL THEN 'applied'
+           WHEN l.message_id IS NULL THEN 'not_found'
+           WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
+           ELSE 'leased'
+       END)::text AS outcome,
+       coalesce(l.status, '')::text AS status, coalesce(l.lease_owner, '')::text AS lease_owner,
+       l.lease_expires_at, a.entry
+FROM (SELECT 1) AS one
+LEFT JOIN locked AS l ON true
+LEFT JOIN applied AS a ON true
+`
+
+type InboxDeadLetterByIDParams struct {
+	MessageID    uuid.UUID
+	Now          *time.Time
+	Reason       string
+	AttemptError string
+	Force        bool
+}
+
+type InboxDeadLetterByIDRow struct {
+	Outcome        string
+	Status         string
+	LeaseOwner     string
+	LeaseExpiresAt *time.Time
+	Entry          []byte
+}
+
+// InboxDeadLetterByID is an operator's dead-letter of one inbox message by
+// message_id: it writes dead_lettered (dead_lettered_at = now, last_error =
+// reason) and appends an operator's entry to attempts, with attempt_error as
+// its error, forced when it cut a live lease. A message processing under a
+// lease that has not expired at now is refused unless force. A processing
+// message that is written has its lease fenced: lease_generation + 1, so
+// that no write of its holder, retries included, can match the row again
+// (they report terminal, renewals lost). A completed or dead-lettered
+// message is refused. outcome_generation and outcome are left alone: they
+// still say what the last lease wrote. Returns one row: outcome (applied,
+// not_found, terminal, or leased when refused), the message's status, lease
+// owner and lease expiry before the call, and the entry written (NULL when
+// refused).
+func (q *Queries) InboxDeadLetterByID(ctx context.Context, db DBTX, arg InboxDeadLetterByIDParams) (InboxDeadLetterByIDRow, error) {
+	row := db.QueryRow(ctx, inboxDeadLetterByID,
+		arg.MessageID,
+		arg.Now,
+		arg.Reason,
+		arg.AttemptError,
+		arg.Force,
+	)
+	var i InboxDeadLetterByIDRow
+	err := row.Scan(
+		&i.Outcome,
+		&i.Status,
+		&i.LeaseOwner,
+		&i.LeaseExpiresAt,
+		&i.Entry,
+	)
+	return i, err
 }
 
 const inboxEnqueue = `-- name: InboxEnqueue :many
@@ -598,14 +731,15 @@ type InboxEnqueueCopyParams struct {
 
 const inboxFail = `-- name: InboxFail :many
 WITH input AS (
-    SELECT unnest(($1::text[])::uuid[]) AS message_id,
-           unnest($2::bigint[]) AS lease_generation,
-           unnest($3::interval[]) AS retry_delay,
-           unnest($4::text[]) AS last_error
+    SELECT unnest(($2::text[])::uuid[]) AS message_id,
+           unnest($3::bigint[]) AS lease_generation,
+           unnest($4::interval[]) AS retry_delay,
+           unnest($5::text[]) AS last_error,
+           unnest($6::text[]) AS attempt_error
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation, i.retry_delay, i.last_error
+           m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -613,15 +747,20 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'failed',
-        visible_after    = coalesce($5::timestamptz, statement_timestamp()) + l.retry_delay,
+        visible_after    = coalesce($7::timestamptz, statement_timestamp()) + l.retry_delay,
         last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
-        outcome          = 'failed'
+        outcome          = 'failed',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($7::timestamptz, statement_timestamp()),
+            'outcome', 'failed', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'processing'
-      AND l.lease_owner = $6::text
+      AND l.lease_owner = $1::text
       AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
@@ -629,7 +768,9 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'failed' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "failed" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', $1::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'failed') THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -639,12 +780,13 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxFailParams struct {
+	LeaseOwner       string
 	MessageIds       []string
 	LeaseGenerations []int64
 	RetryDelays      []time.Duration
 	LastErrors       []string
+	AttemptErrors    []string
 	Now              *time.Time
-	LeaseOwner       string
 }
 
 type InboxFailRow struct {
@@ -654,16 +796,19 @@ type InboxFailRow struct {
 
 // InboxFail writes failed for each (message_id, lease_generation, retry_delay,
 // last_error) still leased to lease_owner: the row is due again at
-// now + retry_delay. Outcomes as for InboxComplete; already_applied when this
-// lease had already failed it.
+// now + retry_delay, and the attempt's entry, with attempt_error, is appended
+// to attempts. Outcomes as for InboxComplete; already_applied when this lease
+// had already failed it, as its entry in attempts says whatever happened
+// after (see InboxDeadLetter).
 func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) ([]InboxFailRow, error) {
 	rows, err := db.Query(ctx, inboxFail,
+		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.RetryDelays,
 		arg.LastErrors,
+		arg.AttemptErrors,
 		arg.Now,
-		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -688,7 +833,7 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       completed_at AS finished_at, dead_lettered_at
+       completed_at AS finished_at, dead_lettered_at, attempts
 FROM inbox_messages
 WHERE message_id = $1::uuid
 `
@@ -718,10 +863,11 @@ type InboxGetRow struct {
 	LastError         *string
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
+	Attempts          []byte
 }
 
 // InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
-// completed_at is returned as finished_at.
+// completed_at is returned as finished_at, and attempts is the attempt history.
 func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (InboxGetRow, error) {
 	row := db.QueryRow(ctx, inboxGet, arg.MessageID)
 	var i InboxGetRow
@@ -746,6 +892,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.LastError,
 		&i.FinishedAt,
 		&i.DeadLetteredAt,
+		&i.Attempts,
 	)
 	return i, err
 }
@@ -795,7 +942,7 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       completed_at AS finished_at, dead_lettered_at
+       completed_at AS finished_at, dead_lettered_at, attempts
 FROM inbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
 ORDER BY created_at, message_id
@@ -829,6 +976,7 @@ type InboxListRow struct {
 	LastError         *string
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
+	Attempts          []byte
 }
 
 // InboxList returns up to max_rows inbox rows ordered by (created_at,
@@ -864,6 +1012,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.LastError,
 			&i.FinishedAt,
 			&i.DeadLetteredAt,
+			&i.Attempts,
 		); err != nil {
 			return nil, err
 		}
@@ -939,12 +1088,12 @@ func (q *Queries) InboxPurge(ctx context.Context, db DBTX, arg InboxPurgeParams)
 
 const inboxRelease = `-- name: InboxRelease :many
 WITH input AS (
-    SELECT unnest(($1::text[])::uuid[]) AS message_id,
-           unnest($2::bigint[]) AS lease_generation
+    SELECT unnest(($2::text[])::uuid[]) AS message_id,
+           unnest($3::bigint[]) AS lease_generation
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -952,16 +1101,21 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce($3::timestamptz, statement_timestamp()),
+        visible_after    = coalesce($4::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
         outcome_generation = m.lease_generation,
-        outcome          = 'released'
+        outcome          = 'released',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($4::timestamptz, statement_timestamp()),
+            'outcome', 'released')))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'processing'
-      AND l.lease_owner = $4::text
+      AND l.lease_owner = $1::text
       AND l.lease_generation = l.input_generation
     RETURNING m.message_id
 )
@@ -969,7 +1123,9 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'released' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "released" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', $1::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'released') THEN 'already_applied'
            WHEN l.status IN ('completed', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -979,10 +1135,10 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id
 `
 
 type InboxReleaseParams struct {
+	LeaseOwner       string
 	MessageIds       []string
 	LeaseGenerations []int64
 	Now              *time.Time
-	LeaseOwner       string
 }
 
 type InboxReleaseRow struct {
@@ -994,14 +1150,15 @@ type InboxReleaseRow struct {
 // still leased to lease_owner: the row becomes pending and due at once, its
 // lease_owner and lease_expires_at are cleared and the attempt it counted is
 // returned (attempt_count - 1). lease_generation stays, so the released lease
-// is fenced. Outcomes as for InboxComplete; already_applied when this lease
-// had already released it (outcome_generation and outcome record that).
+// is fenced. The attempt's entry is appended to attempts. Outcomes as for
+// InboxComplete; already_applied when this lease had already released it, as
+// its entry in attempts says whatever happened after (see InboxDeadLetter).
 func (q *Queries) InboxRelease(ctx context.Context, db DBTX, arg InboxReleaseParams) ([]InboxReleaseRow, error) {
 	rows, err := db.Query(ctx, inboxRelease,
+		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
 		arg.Now,
-		arg.LeaseOwner,
 	)
 	if err != nil {
 		return nil, err
@@ -1038,7 +1195,12 @@ WITH orphans AS (
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
         outcome_generation = m.lease_generation,
-        outcome          = 'released'
+        outcome          = 'released',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($3::timestamptz, statement_timestamp()),
+            'outcome', 'released')))
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id
@@ -1056,8 +1218,9 @@ type InboxReleaseOrphansParams struct {
 // lease_owner whose message_id is not in held_message_ids: leases a claim
 // took for an owner that never learned of them, because the claim's reply
 // was lost after it committed. Like InboxRelease, each row becomes pending and
-// due at once, its lease owner and expiry are cleared and its attempt is
-// returned. Rows locked by others are skipped. Returns the released
+// due at once, its lease owner and expiry are cleared, its attempt is
+// returned and the attempt's entry (released) appended to attempts. Rows
+// locked by others are skipped. Returns the released
 // message_ids in message_id order.
 func (q *Queries) InboxReleaseOrphans(ctx context.Context, db DBTX, arg InboxReleaseOrphansParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, inboxReleaseOrphans, arg.LeaseOwner, arg.HeldMessageIds, arg.Now)
@@ -1179,7 +1342,12 @@ WITH locked AS (
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
-        dead_lettered_at = NULL
+        dead_lettered_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', 0,
+            'finished_at', coalesce($2::timestamptz, statement_timestamp()),
+            'outcome', 'requeued', 'operator', true))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
@@ -1195,9 +1363,10 @@ type InboxRequeueParams struct {
 
 // InboxRequeue moves the dead-lettered inbox rows among message_ids back to
 // pending, due at once, with attempt_count 0 and lease_owner,
-// lease_expires_at, last_error and dead_lettered_at cleared. Rows in any
-// other status are left alone. Returns the requeued message_ids in
-// message_id order.
+// lease_expires_at, last_error and dead_lettered_at cleared. The attempt
+// history is kept, and a requeued marker (an operator's entry: attempt
+// numbers start again) appended to it. Rows in any other status are left
+// alone. Returns the requeued message_ids in message_id order.
 func (q *Queries) InboxRequeue(ctx context.Context, db DBTX, arg InboxRequeueParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, inboxRequeue, arg.MessageIds, arg.Now)
 	if err != nil {
@@ -1242,7 +1411,12 @@ WITH picked AS (
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
-        dead_lettered_at = NULL
+        dead_lettered_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', 0,
+            'finished_at', coalesce($2::timestamptz, statement_timestamp()),
+            'outcome', 'requeued', 'operator', true))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'

@@ -38,6 +38,8 @@ type InboxMessage struct {
 	LastError       *string
 	CompletedAt     *time.Time
 	DeadLetteredAt  *time.Time
+	// Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (completed, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).
+	Attempts []byte
 }
 
 type OutboxMessage struct {
@@ -68,4 +70,6 @@ type OutboxMessage struct {
 	LastError       *string
 	PublishedAt     *time.Time
 	DeadLetteredAt  *time.Time
+	// Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (published, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).
+	Attempts []byte
 }

@@ -152,6 +152,7 @@ var diffOps = []struct {
 	{"advance", 12, (*diffRun).advance},
 	{"stats", 2, (*diffRun).stats},
 	{"get", 3, (*diffRun).get},
+	{"dead-letter-by-id", 3, (*diffRun).deadLetterByID},
 }
 
 func (r *diffRun) run(ops int) {
@@ -482,6 +483,22 @@ func (r *diffRun) requeue(q leasing.Queue) {
 	r.seen["requeued"] += len(mres.Requeued)
 }
 
+// deadLetterByID is the operator's dead-letter of a known id (sometimes an
+// unknown one), forced or not: both stores must refuse or write alike,
+// with the same history entry.
+func (r *diffRun) deadLetterByID(q leasing.Queue) {
+	req := leasing.DeadLetterByIDRequest{ID: r.newID(), Reason: oneOf(r, "poison", "by hand", " ", "nul\x00byte"), Force: r.c.intn(2) == 0}
+	if len(r.known[q]) > 0 && r.c.intn(6) > 0 {
+		req.ID = r.known[q][r.c.intn(len(r.known[q]))]
+	}
+	r.log("%s dead-letter-by-id %s force=%t reason=%q", q, short(req.ID), req.Force, req.Reason)
+	ma, merr := r.mem[q].DeadLetterByID(r.ctx, req)
+	pa, perr := r.pg[q].DeadLetterByID(r.ctx, req)
+	r.same("dead-letter-by-id error", errKind(merr), errKind(perr))
+	r.same("dead-letter-by-id entry", normAttempts([]leasing.Attempt{ma}), normAttempts([]leasing.Attempt{pa}))
+	r.seen["dead-letter-by-id "+strings.SplitN(errKind(merr), ":", 2)[0]]++
+}
+
 func (r *diffRun) purge(q leasing.Queue) {
 	// A batch that covers every eligible row: which rows a smaller batch
 	// deletes is unspecified.
@@ -565,6 +582,10 @@ func errKind(err error) string {
 		return "duplicate"
 	case errors.Is(err, leasing.ErrNotFound):
 		return "not found"
+	case errors.Is(err, leasing.ErrLeaseHeld):
+		return "lease held: " + err.Error()
+	case errors.Is(err, leasing.ErrAlreadyTerminal):
+		return "already terminal: " + err.Error()
 	}
 	return "other: " + err.Error()
 }
@@ -603,7 +624,17 @@ func normLeases(ls []leasing.Lease) []string {
 }
 
 func normRow(r leasing.Row) string {
-	return fmt.Sprintf("{%s status=%s owner=%q expires=%s gen=%d attempts=%d attempted=%s last_error=%q finished=%s dead=%s}",
+	return fmt.Sprintf("{%s status=%s owner=%q expires=%s gen=%d attempts=%d attempted=%s last_error=%q finished=%s dead=%s history=%s}",
 		normMessage(r.Message), r.Status, r.LeaseOwner, normTimePtr(r.LeaseExpiresAt), r.LeaseGeneration, r.AttemptCount,
-		normTimePtr(r.LastAttemptedAt), r.LastError, normTimePtr(r.FinishedAt), normTimePtr(r.DeadLetteredAt))
+		normTimePtr(r.LastAttemptedAt), r.LastError, normTimePtr(r.FinishedAt), normTimePtr(r.DeadLetteredAt), normAttempts(r.Attempts))
+}
+
+// normAttempts prints an attempt history, entry by entry, with UTC times.
+func normAttempts(history []leasing.Attempt) string {
+	parts := make([]string, len(history))
+	for i, a := range history {
+		parts[i] = fmt.Sprintf("{#%d gen=%d owner=%q claimed=%s finished=%s %s error=%q operator=%t forced=%t}",
+			a.Attempt, a.Generation, a.Owner, normTimePtr(a.ClaimedAt), normTime(a.FinishedAt), a.Outcome, a.Error, a.Operator, a.Forced)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }

@@ -72,6 +72,7 @@ func (m *Memory) Load(rows ...Row) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range rows {
+		r.Attempts = cloneAttempts(r.Attempts)
 		m.rows[r.ID] = &r
 	}
 	return nil
@@ -118,7 +119,8 @@ func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult
 				TenantID: msg.TenantID, IdempotencyKey: msg.IdempotencyKey, Topic: msg.Topic,
 				CreatedAt: now, VisibleAfter: now.Add(msg.Delay.Truncate(time.Microsecond)),
 			},
-			Status: StatusPending,
+			Status:   StatusPending,
+			Attempts: []Attempt{},
 		}
 		inserted = append(inserted, msg.ID)
 	}
@@ -180,6 +182,17 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	})
 	leases := []Lease{}
 	for _, r := range due[:min(len(due), req.BatchSize)] {
+		if r.Status == m.queue.InFlight() {
+			// A reclaim: the expired attempt's entry, as the SQL claim writes it.
+			finished := now
+			if r.LeaseExpiresAt != nil {
+				finished = *r.LeaseExpiresAt
+			}
+			r.Attempts = appendAttempt(r.Attempts, Attempt{
+				Attempt: r.AttemptCount, Generation: r.LeaseGeneration, Owner: r.LeaseOwner,
+				ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: finished, Outcome: AttemptExpired,
+			})
+		}
 		expires := now.Add(leaseFor)
 		attempted := now
 		r.Status, r.LeaseOwner, r.LeaseExpiresAt = m.queue.InFlight(), req.Owner, &expires
@@ -225,11 +238,15 @@ func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Le
 	return renewResult(leases, expiry), nil
 }
 
-// write applies set to every row still held by its lease and classifies
-// the rest like the SQL statements do: already applied when this very lease
-// already wrote this state (done reports that), then terminal, lost, or not
-// found. outcome, when not empty, is recorded with the lease's generation.
-func (m *Memory) write(leases []Lease, outcome string, done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
+// write applies set to every row still held by its lease, appends the
+// attempt's entry (outcome, with errText(i) as its error when errText is
+// not nil) to its history, and classifies the rest like the SQL statements
+// do: already applied when this very lease already wrote this outcome (its
+// entry in the history, or done, the check on the columns that rows
+// written before the history carry), then terminal, lost, or not found.
+// column, when not empty, is recorded in OutcomeGeneration and Outcome.
+func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, errText func(int) string,
+	done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock()
@@ -239,14 +256,19 @@ func (m *Memory) write(leases []Lease, outcome string, done func(*Row, Lease) bo
 		var o Outcome
 		switch {
 		case m.holds(r, l):
+			a := m.attemptOf(r, outcome, now)
+			if errText != nil {
+				a.Error = attemptError(errText(i))
+			}
 			set(r, i, now)
-			if outcome != "" {
-				r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, outcome
+			r.Attempts = appendAttempt(r.Attempts, a)
+			if column != "" {
+				r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, column
 			}
 			o = OutcomeApplied
 		case r == nil:
 			o = OutcomeNotFound
-		case done(r, l):
+		case wrote(r.Attempts, l.Owner, l.Generation, outcome) || done(r, l):
 			o = OutcomeAlreadyApplied
 		case r.Status.Terminal():
 			o = OutcomeTerminal
@@ -256,6 +278,15 @@ func (m *Memory) write(leases []Lease, outcome string, done func(*Row, Lease) bo
 		res.Outcomes[i] = MessageOutcome{MessageID: l.Message.ID, Outcome: o}
 	}
 	return res
+}
+
+// attemptOf returns the history entry of r's current lease ending with
+// outcome at now: the lease as it is before the write changes the row.
+func (m *Memory) attemptOf(r *Row, outcome AttemptOutcome, now time.Time) Attempt {
+	return Attempt{
+		Attempt: r.AttemptCount, Generation: r.LeaseGeneration, Owner: r.LeaseOwner,
+		ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: now, Outcome: outcome,
+	}
 }
 
 // wroteAs returns a done check: r is in status s under lease l.
@@ -280,7 +311,7 @@ func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, err
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leases, "released", recorded("released"), func(r *Row, _ int, now time.Time) {
+	return m.write(leases, AttemptReleased, "released", nil, recorded("released"), func(r *Row, _ int, now time.Time) {
 		release(r, now)
 	}), nil
 }
@@ -312,7 +343,9 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 		if r.Status != m.queue.InFlight() || r.LeaseOwner != owner || keep[id] {
 			continue
 		}
+		a := m.attemptOf(r, AttemptReleased, now)
 		release(r, now)
+		r.Attempts = appendAttempt(r.Attempts, a)
 		r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, "released"
 		released = append(released, id)
 	}
@@ -352,7 +385,7 @@ func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leases, "", wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
+	return m.write(leases, AttemptOutcome(m.queue.Succeeded()), "", nil, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
 		r.Status, r.FinishedAt, r.LeaseExpiresAt = m.queue.Succeeded(), &now, nil
 	}), nil
 }
@@ -365,7 +398,8 @@ func (m *Memory) Fail(ctx context.Context, failures ...Failure) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), "failed", recorded("failed"), func(r *Row, i int, now time.Time) {
+	errText := func(i int) string { return failures[i].Error }
+	return m.write(leasesOf(failures), AttemptFailed, "failed", errText, recorded("failed"), func(r *Row, i int, now time.Time) {
 		r.Status, r.LeaseExpiresAt = StatusFailed, nil
 		r.VisibleAfter = now.Add(failures[i].RetryAfter.Truncate(time.Microsecond))
 		r.LastError = SanitizeError(failures[i].Error)
@@ -380,7 +414,8 @@ func (m *Memory) DeadLetter(ctx context.Context, failures ...Failure) (WriteResu
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leasesOf(failures), "dead_lettered", recorded("dead_lettered"), func(r *Row, i int, now time.Time) {
+	errText := func(i int) string { return failures[i].Error }
+	return m.write(leasesOf(failures), AttemptDeadLettered, "dead_lettered", errText, recorded("dead_lettered"), func(r *Row, i int, now time.Time) {
 		r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &now, nil
 		r.LastError = SanitizeError(failures[i].Error)
 	}), nil
@@ -427,6 +462,7 @@ func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
 		if r.Status != StatusDeadLettered || !want(id) {
 			continue
 		}
+		r.Attempts = appendAttempt(r.Attempts, Attempt{Attempt: r.AttemptCount, FinishedAt: now, Outcome: AttemptRequeued, Operator: true})
 		r.Status, r.VisibleAfter, r.AttemptCount = StatusPending, now, 0
 		r.LeaseOwner, r.LeaseExpiresAt, r.LastError, r.DeadLetteredAt = "", nil, "", nil
 		requeued = append(requeued, id)
@@ -499,7 +535,24 @@ func (m *Memory) Get(ctx context.Context, id uuid.UUID) (Row, error) {
 	if r == nil {
 		return Row{}, fmt.Errorf("%w: %s message %s", ErrNotFound, m.queue, id)
 	}
-	return *r, nil
+	return r.clone(), nil
+}
+
+// clone returns a copy of r whose history the caller may change.
+func (r *Row) clone() Row {
+	c := *r
+	c.Attempts = cloneAttempts(r.Attempts)
+	return c
+}
+
+// cloneAttempts copies history, with its times; never nil.
+func cloneAttempts(history []Attempt) []Attempt {
+	out := make([]Attempt, len(history))
+	for i, a := range history {
+		a.ClaimedAt = cloneTime(a.ClaimedAt)
+		out[i] = a
+	}
+	return out
 }
 
 // Rows returns a copy of every row ordered by (CreatedAt, ID).
@@ -508,7 +561,7 @@ func (m *Memory) Rows() []Row {
 	defer m.mu.Unlock()
 	var out []Row
 	for _, r := range m.ordered(func(*Row) bool { return true }) {
-		out = append(out, *r)
+		out = append(out, r.clone())
 	}
 	return out
 }

@@ -500,9 +500,13 @@ func (s *Postgres) fence(owner string, leases []Lease) fenceArgs {
 // failArgs returns the fail and dead-letter arguments for owner's failures.
 func (s *Postgres) failArgs(owner string, failures []Failure) failArgs {
 	leases := make([]Lease, len(failures))
-	f := failArgs{retryDelays: make([]time.Duration, len(failures)), lastErrors: make([]string, len(failures))}
+	f := failArgs{
+		retryDelays: make([]time.Duration, len(failures)), lastErrors: make([]string, len(failures)),
+		attemptErrors: make([]string, len(failures)),
+	}
 	for i, fl := range failures {
 		leases[i], f.retryDelays[i], f.lastErrors[i] = fl.Lease, fl.RetryAfter, SanitizeError(fl.Error)
+		f.attemptErrors[i] = attemptError(fl.Error)
 	}
 	f.fenceArgs = s.fence(owner, leases)
 	return f

@@ -150,8 +150,9 @@ type Row struct {
 	LeaseGeneration int64
 	// OutcomeGeneration is the generation whose holder wrote the latest
 	// release, fail or dead-letter (0 if none), and Outcome what it wrote:
-	// "released", "failed" or "dead_lettered". They let a retried write tell
-	// already applied from lost after the row was claimed again.
+	// "released", "failed" or "dead_lettered". Retried writes are decided
+	// from Attempts; these two are still written and read for rows and code
+	// of versions before the attempt history (rolling deploys).
 	OutcomeGeneration int64
 	Outcome           string
 	// AttemptCount is the number of attempts so far (claims not released).
@@ -164,6 +165,11 @@ type Row struct {
 	FinishedAt *time.Time
 	// DeadLetteredAt is set while the row is dead_lettered.
 	DeadLetteredAt *time.Time
+	// Attempts is the attempt history: the last AttemptHistoryLimit finished
+	// attempts (and operator actions), oldest first, never nil. The attempt
+	// in flight, if any, is not in it yet: LeaseOwner, LeaseGeneration and
+	// LastAttemptedAt describe it.
+	Attempts []Attempt
 }
 
 // String names the lease for logs: queue, message id, owner and generation.

@@ -31,6 +31,7 @@ type queueSQL interface {
 	complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
 	fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
 	deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error)
+	deadLetterByID(ctx context.Context, db gen.DBTX, now *time.Time, r DeadLetterByIDRequest) (deadLetterByID, error)
 	requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error)
 	// requeueBatch requeues up to max of the oldest dead letters
 	// dead-lettered at or before before (nil: the statement's now).
@@ -86,11 +87,24 @@ type fenceArgs struct {
 	generations []int64
 }
 
-// failArgs are fenceArgs with each lease's retry delay and error text.
+// failArgs are fenceArgs with each lease's retry delay and error text, as
+// last_error keeps it and as the attempt history keeps it.
 type failArgs struct {
 	fenceArgs
-	retryDelays []time.Duration
-	lastErrors  []string
+	retryDelays   []time.Duration
+	lastErrors    []string
+	attemptErrors []string
+}
+
+// deadLetterByID is one DeadLetterByID row: the outcome, the message's
+// status, lease owner and expiry before the call, and the history entry
+// written (nil when refused).
+type deadLetterByID struct {
+	outcome        string
+	status         Status
+	leaseOwner     string
+	leaseExpiresAt *time.Time
+	entry          []byte
 }
 
 // leaseHealth is one LeaseHealth row.

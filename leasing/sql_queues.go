@@ -4,6 +4,7 @@ package leasing
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -78,7 +79,7 @@ func (a inboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Mes
 func (a inboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxFail(ctx, db, gen.InboxFailParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
-		LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -88,12 +89,26 @@ func (a inboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageO
 
 func (a inboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.InboxDeadLetter(ctx, db, gen.InboxDeadLetterParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors,
+		Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	return convertRows(rows, func(r gen.InboxDeadLetterRow) MessageOutcome { return inboxOutcome(gen.InboxCompleteRow(r)) }), nil
+}
+
+func (a inboxSQL) deadLetterByID(ctx context.Context, db gen.DBTX, now *time.Time, r DeadLetterByIDRequest) (deadLetterByID, error) {
+	row, err := a.q.InboxDeadLetterByID(ctx, db, gen.InboxDeadLetterByIDParams{
+		MessageID: r.ID, Now: now, Reason: SanitizeError(r.Reason), AttemptError: attemptError(r.Reason), Force: r.Force,
+	})
+	if err != nil {
+		return deadLetterByID{}, mapErr(err)
+	}
+	return deadLetterByID{
+		outcome: row.Outcome, status: Status(row.Status), leaseOwner: row.LeaseOwner,
+		leaseExpiresAt: utc(row.LeaseExpiresAt), entry: row.Entry,
+	}, nil
 }
 
 func (a inboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error) {
@@ -145,7 +160,7 @@ func (a inboxSQL) get(ctx context.Context, db gen.DBTX, id uuid.UUID) (Row, erro
 	if err != nil {
 		return Row{}, mapErr(err)
 	}
-	return inboxRow(r), nil
+	return inboxRow(r)
 }
 
 func (a inboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, id uuid.UUID, limit int) ([]Row, error) {
@@ -153,7 +168,13 @@ func (a inboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, id
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return convertRows(rows, func(r gen.InboxListRow) Row { return inboxRow(gen.InboxGetRow(r)) }), nil
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		if out[i], err = inboxRow(gen.InboxGetRow(r)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (a inboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
@@ -198,8 +219,13 @@ func inboxLease(r gen.InboxClaimRow) Lease {
 	}
 }
 
-// inboxRow converts a read inbox row.
-func inboxRow(r gen.InboxGetRow) Row {
+// inboxRow converts a read inbox row; the error is that of an
+// attempts column that does not hold the history's JSON.
+func inboxRow(r gen.InboxGetRow) (Row, error) {
+	attempts, err := decodeAttempts(r.Attempts)
+	if err != nil {
+		return Row{}, fmt.Errorf("%w: inbox message %s", err, r.MessageID)
+	}
 	return Row{
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
@@ -217,7 +243,8 @@ func inboxRow(r gen.InboxGetRow) Row {
 		LastError:         deref(r.LastError),
 		FinishedAt:        utc(r.FinishedAt),
 		DeadLetteredAt:    utc(r.DeadLetteredAt),
-	}
+		Attempts:          attempts,
+	}, nil
 }
 
 // inboxOutcome converts one row of a fenced inbox write.
@@ -292,7 +319,7 @@ func (a outboxSQL) complete(ctx context.Context, db gen.DBTX, f fenceArgs) ([]Me
 func (a outboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxFail(ctx, db, gen.OutboxFailParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
-		LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
@@ -302,12 +329,26 @@ func (a outboxSQL) fail(ctx context.Context, db gen.DBTX, f failArgs) ([]Message
 
 func (a outboxSQL) deadLetter(ctx context.Context, db gen.DBTX, f failArgs) ([]MessageOutcome, error) {
 	rows, err := a.q.OutboxDeadLetter(ctx, db, gen.OutboxDeadLetterParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors,
+		Now: f.now, LeaseOwner: f.owner,
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	return convertRows(rows, func(r gen.OutboxDeadLetterRow) MessageOutcome { return outboxOutcome(gen.OutboxPublishRow(r)) }), nil
+}
+
+func (a outboxSQL) deadLetterByID(ctx context.Context, db gen.DBTX, now *time.Time, r DeadLetterByIDRequest) (deadLetterByID, error) {
+	row, err := a.q.OutboxDeadLetterByID(ctx, db, gen.OutboxDeadLetterByIDParams{
+		MessageID: r.ID, Now: now, Reason: SanitizeError(r.Reason), AttemptError: attemptError(r.Reason), Force: r.Force,
+	})
+	if err != nil {
+		return deadLetterByID{}, mapErr(err)
+	}
+	return deadLetterByID{
+		outcome: row.Outcome, status: Status(row.Status), leaseOwner: row.LeaseOwner,
+		leaseExpiresAt: utc(row.LeaseExpiresAt), entry: row.Entry,
+	}, nil
 }
 
 func (a outboxSQL) requeue(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) ([]uuid.UUID, error) {
@@ -359,7 +400,7 @@ func (a outboxSQL) get(ctx context.Context, db gen.DBTX, id uuid.UUID) (Row, err
 	if err != nil {
 		return Row{}, mapErr(err)
 	}
-	return outboxRow(r), nil
+	return outboxRow(r)
 }
 
 func (a outboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, id uuid.UUID, limit int) ([]Row, error) {
@@ -367,7 +408,13 @@ func (a outboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, i
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return convertRows(rows, func(r gen.OutboxListRow) Row { return outboxRow(gen.OutboxGetRow(r)) }), nil
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		if out[i], err = outboxRow(gen.OutboxGetRow(r)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (a outboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
@@ -412,8 +459,13 @@ func outboxLease(r gen.OutboxClaimRow) Lease {
 	}
 }
 
-// outboxRow converts a read outbox row.
-func outboxRow(r gen.OutboxGetRow) Row {
+// outboxRow converts a read outbox row; the error is that of an
+// attempts column that does not hold the history's JSON.
+func outboxRow(r gen.OutboxGetRow) (Row, error) {
+	attempts, err := decodeAttempts(r.Attempts)
+	if err != nil {
+		return Row{}, fmt.Errorf("%w: outbox message %s", err, r.MessageID)
+	}
 	return Row{
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
@@ -431,7 +483,8 @@ func outboxRow(r gen.OutboxGetRow) Row {
 		LastError:         deref(r.LastError),
 		FinishedAt:        utc(r.FinishedAt),
 		DeadLetteredAt:    utc(r.DeadLetteredAt),
-	}
+		Attempts:          attempts,
+	}, nil
 }
 
 // outboxOutcome converts one row of a fenced outbox write.

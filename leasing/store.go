@@ -116,8 +116,11 @@ type Outcome string
 const (
 	// OutcomeApplied: the write changed the row.
 	OutcomeApplied Outcome = "applied"
-	// OutcomeAlreadyApplied: this same lease had already written this same
-	// state (a retry after an unknown commit); nothing changed.
+	// OutcomeAlreadyApplied: this same lease (owner and generation) had
+	// already written this same outcome (a retry after an unknown commit);
+	// nothing changed. The row's attempt history (Row.Attempts) decides it,
+	// so a retry says so even after later leases wrote, as long as the
+	// lease's entry is among the last AttemptHistoryLimit.
 	OutcomeAlreadyApplied Outcome = "already_applied"
 	// OutcomeTerminal: the row is completed, published or dead-lettered
 	// under another lease; nothing changed.

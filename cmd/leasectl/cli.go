@@ -183,6 +183,7 @@ var argumentFlags = map[string]string{
 	"topic":          "--topic",
 	"message text":   "--type, --tenant and --topic",
 	"message ids":    "--id",
+	"reason":         "--reason",
 }
 
 // flagError turns an *leasing.ArgumentError into a usage error (exit status

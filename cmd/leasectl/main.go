@@ -1,5 +1,6 @@
 // Leasectl operates leasestore queues on PostgreSQL: it migrates the schema,
-// enqueues and claims messages, shows queue depth, requeues dead-lettered
+// enqueues and claims messages, shows queue depth and one message's attempt
+// history, dead-letters a message by hand, requeues dead-lettered
 // messages, purges finished ones, serves queue-depth metrics, checks a
 // database's health (doctor) and measures drains (bench).
 //
@@ -51,6 +52,8 @@ var commands = []command{
 	{"enqueue", "--queue Q [--count N] [--delay D] [--tenant T] [--type T] [--topic T] [--payload S] [--json]", "add messages to a queue", runEnqueue},
 	{"claim", "--queue Q --owner O [--batch N] [--lease D] [--tenant T] [--json]", "lease due messages to an owner and print the leases", runClaim},
 	{"stats", "[--queue Q] [--json]", "queue depth by status, expired leases and oldest due age", runStats},
+	{"get", "--queue Q --id ID [--json]", "show one message and its attempt history", runGet},
+	{"dead-letter", "--queue Q --id ID --reason TEXT [--force] [--json]", "dead-letter one message by hand (--force fences a live lease)", runDeadLetter},
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
@@ -126,9 +129,9 @@ func (c *cli) usage(w io.Writer) {
 commands:
 `)
 	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", cmd.name, cmd.summary)
 	}
-	fmt.Fprintf(w, `  %-8s print this list, or a command's flags
+	fmt.Fprintf(w, `  %-11s print this list, or a command's flags
 
 --database-url defaults to $DATABASE_URL, else %s.
 It may also follow the command name. Queues are inbox and outbox.

@@ -34,6 +34,7 @@ WITH ready AS (
     FROM outbox_messages
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -68,7 +69,15 @@ WITH ready AS (
         lease_expires_at  = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+        last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        -- Only a reclaimed lease (the row was in flight) adds to the history:
+        -- a claim of a pending or failed row keeps the column as it is.
+        attempts          = CASE WHEN m.status = 'publishing'
+            THEN (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+                'claimed_at', m.last_attempted_at, 'finished_at', m.lease_expires_at, 'outcome', 'expired')))
+            ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
     RETURNING m.*
@@ -91,6 +100,7 @@ WITH ready AS (
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       AND tenant_id = @tenant_id::text
+
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -126,7 +136,15 @@ WITH ready AS (
         lease_expires_at  = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + @lease_for::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+        last_attempted_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        -- Only a reclaimed lease (the row was in flight) adds to the history:
+        -- a claim of a pending or failed row keeps the column as it is.
+        attempts          = CASE WHEN m.status = 'publishing'
+            THEN (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+                'claimed_at', m.last_attempted_at, 'finished_at', m.lease_expires_at, 'outcome', 'expired')))
+            ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
     RETURNING m.*
@@ -148,10 +166,12 @@ GROUP BY status
 ORDER BY status;
 
 -- OutboxPublish writes published (published_at = now) for each
--- (message_id, lease_generation) still leased to lease_owner, and returns one
--- outcome per input row: applied; already_applied when this lease had already
--- published it; terminal when it is published or dead-lettered under another
--- lease; lost when the lease moved on; not_found.
+-- (message_id, lease_generation) still leased to lease_owner, appends the
+-- attempt's entry to attempts, and returns one outcome per input row:
+-- applied; already_applied when this lease had already published it (its
+-- entry in attempts, or, for rows written before attempts existed, the lease
+-- columns say so); terminal when it is published or dead-lettered under
+-- another lease; lost when the lease moved on; not_found.
 -- name: OutboxPublish :many
 WITH input AS (
     -- Ids arrive as text[], cast once to uuid[]: a Go []string is the one
@@ -174,7 +194,7 @@ WITH input AS (
     -- array parameter for 10 elements and would nest that join, at
     -- O(batch²).
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -183,7 +203,12 @@ WITH input AS (
     UPDATE outbox_messages AS m
     SET status           = 'published',
         published_at     = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'published')))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'publishing'
@@ -195,8 +220,10 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.status = 'published' AND l.lease_owner = @lease_owner::text
-                AND l.lease_generation = i.lease_generation THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "published" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', @lease_owner::text))
+                OR (l.status = 'published' AND l.lease_owner = @lease_owner::text
+                    AND l.lease_generation = i.lease_generation) THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -206,17 +233,21 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
 -- OutboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
 -- for each (message_id, lease_generation, last_error) still leased to
--- lease_owner. Outcomes as for OutboxPublish; already_applied when this lease
--- had already dead-lettered it (outcome_generation and outcome record that).
+-- lease_owner, and appends the attempt's entry, with attempt_error, to
+-- attempts. Outcomes as for OutboxPublish; already_applied when this lease had
+-- already dead-lettered it: its entry in attempts says so, whatever happened
+-- after (outcome_generation and outcome, the latest such write only, are
+-- still written and read, for code of earlier versions).
 -- name: OutboxDeadLetter :many
 WITH input AS (
     SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation,
-           unnest(@last_errors::text[]) AS last_error
+           unnest(@last_errors::text[]) AS last_error,
+           unnest(@attempt_errors::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation, i.last_error
+           m.attempts, i.lease_generation AS input_generation, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -228,7 +259,12 @@ WITH input AS (
         last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
-        outcome          = 'dead_lettered'
+        outcome          = 'dead_lettered',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'dead_lettered', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'publishing'
@@ -240,13 +276,72 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "dead_lettered" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', @lease_owner::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
+
+-- OutboxDeadLetterByID is an operator's dead-letter of one outbox message by
+-- message_id: it writes dead_lettered (dead_lettered_at = now, last_error =
+-- reason) and appends an operator's entry to attempts, with attempt_error as
+-- its error, forced when it cut a live lease. A message publishing under a
+-- lease that has not expired at now is refused unless force. A publishing
+-- message that is written has its lease fenced: lease_generation + 1, so
+-- that no write of its holder, retries included, can match the row again
+-- (they report terminal, renewals lost). A published or dead-lettered
+-- message is refused. outcome_generation and outcome are left alone: they
+-- still say what the last lease wrote. Returns one row: outcome (applied,
+-- not_found, terminal, or leased when refused), the message's status, lease
+-- owner and lease expiry before the call, and the entry written (NULL when
+-- refused).
+-- name: OutboxDeadLetterByID :one
+WITH locked AS (
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_expires_at
+    FROM outbox_messages AS m
+    WHERE m.message_id = @message_id::uuid
+    FOR UPDATE
+), applied AS (
+    UPDATE outbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        last_error       = @reason::text,
+        lease_owner      = NULL,
+        lease_expires_at = NULL,
+        lease_generation = CASE WHEN m.status = 'publishing' THEN m.lease_generation + 1 ELSE m.lease_generation END,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count,
+            'generation', CASE WHEN m.status = 'publishing' THEN m.lease_generation ELSE 0 END,
+            'owner', CASE WHEN m.status = 'publishing' THEN m.lease_owner END,
+            'claimed_at', CASE WHEN m.status = 'publishing' THEN m.last_attempted_at END,
+            'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'dead_lettered', 'error', nullif(@attempt_error::text, ''), 'operator', true,
+            'forced', CASE WHEN m.status = 'publishing'
+                            AND m.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+                           THEN true END)))
+    FROM locked AS l
+    WHERE m.message_id = l.message_id
+      AND l.status NOT IN ('published', 'dead_lettered')
+      AND (@force::boolean OR l.status <> 'publishing'
+           OR l.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()))
+    RETURNING m.message_id, (m.attempts -> -1)::jsonb AS entry
+)
+SELECT (CASE
+           WHEN a.message_id IS NOT NULL THEN 'applied'
+           WHEN l.message_id IS NULL THEN 'not_found'
+           WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
+           ELSE 'leased'
+       END)::text AS outcome,
+       coalesce(l.status, '')::text AS status, coalesce(l.lease_owner, '')::text AS lease_owner,
+       l.lease_expires_at, a.entry
+FROM (SELECT 1) AS one
+LEFT JOIN locked AS l ON true
+LEFT JOIN applied AS a ON true;
 
 -- OutboxEnqueue inserts one outbox row per array element, created in array order, due
 -- after created_at + delays[i]. Empty strings in tenant_ids mean NULL. Run it
@@ -290,18 +385,21 @@ VALUES ($1, $2, $3, $4, $5, $6);
 
 -- OutboxFail writes failed for each (message_id, lease_generation, retry_delay,
 -- last_error) still leased to lease_owner: the row is due again at
--- now + retry_delay. Outcomes as for OutboxPublish; already_applied when this
--- lease had already failed it.
+-- now + retry_delay, and the attempt's entry, with attempt_error, is appended
+-- to attempts. Outcomes as for OutboxPublish; already_applied when this lease
+-- had already failed it, as its entry in attempts says whatever happened
+-- after (see OutboxDeadLetter).
 -- name: OutboxFail :many
 WITH input AS (
     SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
            unnest(@lease_generations::bigint[]) AS lease_generation,
            unnest(@retry_delays::interval[]) AS retry_delay,
-           unnest(@last_errors::text[]) AS last_error
+           unnest(@last_errors::text[]) AS last_error,
+           unnest(@attempt_errors::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation, i.retry_delay, i.last_error
+           m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -313,7 +411,12 @@ WITH input AS (
         last_error       = l.last_error,
         lease_expires_at = NULL,
         outcome_generation = m.lease_generation,
-        outcome          = 'failed'
+        outcome          = 'failed',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'failed', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'publishing'
@@ -325,7 +428,9 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'failed' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "failed" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', @lease_owner::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'failed') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -334,13 +439,13 @@ LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
 -- OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows;
--- published_at is returned as finished_at.
+-- published_at is returned as finished_at, and attempts is the attempt history.
 -- name: OutboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       published_at AS finished_at, dead_lettered_at
+       published_at AS finished_at, dead_lettered_at, attempts
 FROM outbox_messages
 WHERE message_id = @message_id::uuid;
 
@@ -375,7 +480,7 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       published_at AS finished_at, dead_lettered_at
+       published_at AS finished_at, dead_lettered_at, attempts
 FROM outbox_messages
 WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
 ORDER BY created_at, message_id
@@ -426,8 +531,9 @@ WHERE message_id = ANY (ARRAY(
 -- still leased to lease_owner: the row becomes pending and due at once, its
 -- lease_owner and lease_expires_at are cleared and the attempt it counted is
 -- returned (attempt_count - 1). lease_generation stays, so the released lease
--- is fenced. Outcomes as for OutboxPublish; already_applied when this lease
--- had already released it (outcome_generation and outcome record that).
+-- is fenced. The attempt's entry is appended to attempts. Outcomes as for
+-- OutboxPublish; already_applied when this lease had already released it, as
+-- its entry in attempts says whatever happened after (see OutboxDeadLetter).
 -- name: OutboxRelease :many
 WITH input AS (
     SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
@@ -435,7 +541,7 @@ WITH input AS (
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -448,7 +554,12 @@ WITH input AS (
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
         outcome_generation = m.lease_generation,
-        outcome          = 'released'
+        outcome          = 'released',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'released')))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'publishing'
@@ -460,7 +571,9 @@ SELECT i.message_id::uuid AS message_id,
        (CASE
            WHEN a.message_id IS NOT NULL THEN 'applied'
            WHEN l.message_id IS NULL THEN 'not_found'
-           WHEN l.outcome_generation = i.lease_generation AND l.outcome = 'released' THEN 'already_applied'
+           WHEN jsonb_path_exists(l.attempts, '$[*] ? (@.generation == $g && @.owner == $o && @.outcome == "released" && !(exists(@.operator)))',
+                                  jsonb_build_object('g', i.lease_generation, 'o', @lease_owner::text))
+                OR (l.outcome_generation = i.lease_generation AND l.outcome = 'released') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
        END)::text AS outcome
@@ -472,8 +585,9 @@ LEFT JOIN applied AS a ON a.message_id = i.message_id;
 -- lease_owner whose message_id is not in held_message_ids: leases a claim
 -- took for an owner that never learned of them, because the claim's reply
 -- was lost after it committed. Like OutboxRelease, each row becomes pending and
--- due at once, its lease owner and expiry are cleared and its attempt is
--- returned. Rows locked by others are skipped. Returns the released
+-- due at once, its lease owner and expiry are cleared, its attempt is
+-- returned and the attempt's entry (released) appended to attempts. Rows
+-- locked by others are skipped. Returns the released
 -- message_ids in message_id order.
 -- name: OutboxReleaseOrphans :many
 WITH orphans AS (
@@ -492,7 +606,12 @@ WITH orphans AS (
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
         outcome_generation = m.lease_generation,
-        outcome          = 'released'
+        outcome          = 'released',
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'released')))
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id
@@ -538,9 +657,10 @@ ORDER BY message_id;
 
 -- OutboxRequeue moves the dead-lettered outbox rows among message_ids back to
 -- pending, due at once, with attempt_count 0 and lease_owner,
--- lease_expires_at, last_error and dead_lettered_at cleared. Rows in any
--- other status are left alone. Returns the requeued message_ids in
--- message_id order.
+-- lease_expires_at, last_error and dead_lettered_at cleared. The attempt
+-- history is kept, and a requeued marker (an operator's entry: attempt
+-- numbers start again) appended to it. Rows in any other status are left
+-- alone. Returns the requeued message_ids in message_id order.
 -- name: OutboxRequeue :many
 WITH locked AS (
     -- Found through the primary key and locked in key order (the lock
@@ -564,7 +684,12 @@ WITH locked AS (
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
-        dead_lettered_at = NULL
+        dead_lettered_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', 0,
+            'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'requeued', 'operator', true))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
@@ -604,7 +729,12 @@ WITH picked AS (
         lease_owner      = NULL,
         lease_expires_at = NULL,
         last_error       = NULL,
-        dead_lettered_at = NULL
+        dead_lettered_at = NULL,
+        attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
+              ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_build_object(
+            'attempt', m.attempt_count, 'generation', 0,
+            'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+            'outcome', 'requeued', 'operator', true))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'

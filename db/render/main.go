@@ -17,9 +17,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
 	"go/format"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"text/template"
 )
 
@@ -47,6 +52,19 @@ type queue struct {
 	Inbox bool
 	// Tenant is true while the claim block renders the tenant-scoped claim.
 	Tenant bool
+	// AttemptHistory is how many entries the attempts column keeps:
+	// leasing.AttemptHistoryLimit, read from leasing/attempt.go.
+	AttemptHistory int
+}
+
+// KeepAttempts returns the SQL expression for the attempts column of row
+// alias with room for one more entry: the column itself while it holds
+// fewer than AttemptHistory entries, else its last AttemptHistory-1 (a
+// jsonpath slice, which lax mode clamps to the array).
+func (q queue) KeepAttempts(alias string) string {
+	return fmt.Sprintf("(CASE WHEN jsonb_array_length(%[1]s.attempts) < %[2]d THEN %[1]s.attempts\n"+
+		"              ELSE jsonb_path_query_array(%[1]s.attempts, '$[last - %[3]d to last]') END)",
+		alias, q.AttemptHistory, q.AttemptHistory-2)
 }
 
 // WithTenant returns q for the tenant-scoped claim.
@@ -78,19 +96,70 @@ type output struct {
 	goSource   bool
 }
 
-func outputs() []output {
+// attemptHistorySource holds leasing.AttemptHistoryLimit. It is read from
+// the source, not imported: leasing does not compile while the files
+// rendered here are stale.
+const attemptHistorySource = "leasing/attempt.go"
+
+// attemptHistoryLimit returns the value of the constant
+// AttemptHistoryLimit declared in attemptHistorySource.
+func attemptHistoryLimit() (int, error) {
+	file, err := parser.ParseFile(token.NewFileSet(), attemptHistorySource, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	for _, decl := range file.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if id.Name != "AttemptHistoryLimit" || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.INT {
+					return 0, fmt.Errorf("%s: AttemptHistoryLimit must be an integer literal", attemptHistorySource)
+				}
+				n, err := strconv.Atoi(lit.Value)
+				if err != nil || n < 2 {
+					return 0, fmt.Errorf("%s: AttemptHistoryLimit must be at least 2, got %s", attemptHistorySource, lit.Value)
+				}
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s: no constant AttemptHistoryLimit", attemptHistorySource)
+}
+
+func outputs() ([]output, error) {
+	limit, err := attemptHistoryLimit()
+	if err != nil {
+		return nil, err
+	}
 	var outs []output
+	queues := slices.Clone(queues)
+	for i := range queues {
+		queues[i].AttemptHistory = limit
+	}
 	for _, q := range queues {
 		outs = append(outs, output{path: filepath.Join("db", "queries", q.Noun+".sql"), tmpl: "db/queries/queue.sql.tmpl", data: q})
 	}
-	return append(outs, output{path: filepath.Join("leasing", "sql_queues.go"), tmpl: "leasing/sql_queues.go.tmpl", data: queues, goSource: true})
+	return append(outs, output{path: filepath.Join("leasing", "sql_queues.go"), tmpl: "leasing/sql_queues.go.tmpl", data: queues, goSource: true}), nil
 }
 
 func main() {
 	check := flag.Bool("check", false, "write nothing; fail when a rendered file differs from its template's output")
 	flag.Parse()
 	var stale []string
-	for _, o := range outputs() {
+	outs, err := outputs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "render:", err)
+		os.Exit(1)
+	}
+	for _, o := range outs {
 		want, err := render(o)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "render:", err)

@@ -112,9 +112,10 @@ type contractCase struct {
 // cases are every contract case, grouped by operation: claims
 // (contract_claim.go), renews (contract_renew.go), outcome writes
 // (contract_write.go), enqueues (contract_enqueue.go), requeue, stats and
-// purge (contract_queue.go), then bad input (contract_badinput.go) and
-// concurrent claims.
-var cases = slices.Concat(claimCases, renewCases, writeCases, enqueueCases, queueCases, []contractCase{
+// purge (contract_queue.go), the attempt history and the operator's
+// dead-letter (contract_history.go), then bad input (contract_badinput.go)
+// and concurrent claims.
+var cases = slices.Concat(claimCases, renewCases, writeCases, enqueueCases, queueCases, historyCases, []contractCase{
 	{"BadInput/RejectedAndNothingChanged", badInput},
 	{"Concurrency/DisjointClaims", disjointClaims},
 })

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// idFlag registers --id on fs: one message id, required by the caller.
+func idFlag(fs *flag.FlagSet, usage string) *uuid.UUID {
+	id := new(uuid.UUID)
+	set := false
+	fs.Func("id", usage, func(s string) error {
+		if set {
+			return errors.New("give one --id")
+		}
+		parsed, err := uuid.Parse(s)
+		if err != nil {
+			return errors.New("not a UUID")
+		}
+		*id, set = parsed, true
+		return nil
+	})
+	return id
+}
+
+// rowJSON is one message as get --json prints it. Times are the database
+// clock, UTC.
+type rowJSON struct {
+	Queue             leasing.Queue     `json:"queue"`
+	MessageID         uuid.UUID         `json:"message_id"`
+	Type              string            `json:"type"`
+	TenantID          string            `json:"tenant_id,omitempty"`
+	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
+	Topic             string            `json:"topic,omitempty"`
+	Headers           json.RawMessage   `json:"headers"`
+	Payload           []byte            `json:"payload"`
+	CreatedAt         time.Time         `json:"created_at"`
+	VisibleAfter      time.Time         `json:"visible_after"`
+	Status            leasing.Status    `json:"status"`
+	LeaseOwner        string            `json:"lease_owner,omitempty"`
+	LeaseExpiresAt    *time.Time        `json:"lease_expires_at,omitempty"`
+	LeaseGeneration   int64             `json:"lease_generation"`
+	AttemptCount      int               `json:"attempt_count"`
+	LastAttemptedAt   *time.Time        `json:"last_attempted_at,omitempty"`
+	LastError         string            `json:"last_error,omitempty"`
+	FinishedAt        *time.Time        `json:"finished_at,omitempty"`
+	DeadLetteredAt    *time.Time        `json:"dead_lettered_at,omitempty"`
+	AttemptsKept      int               `json:"attempts_kept"`
+	AttemptsKeptLimit int               `json:"attempts_kept_limit"`
+	Attempts          []leasing.Attempt `json:"attempts"`
+}
+
+// runGet is "leasectl get".
+func runGet(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("get", "--queue inbox|outbox --id ID [--json]\n\n"+
+		"Prints one message's stored state and its attempt history: the last\n"+
+		fmt.Sprint(leasing.AttemptHistoryLimit)+" finished attempts, oldest first, each with its lease (owner and\n"+
+		"generation), when it was claimed and finished, how it ended and its error.\n"+
+		"Times are the database clock, UTC. --json adds the payload (base64).")
+	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
+	id := idFlag(fs, "message `ID` (required)")
+	asJSON := fs.Bool("json", false, "print the message and its history as JSON")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	q, err := parseQueue(*queue)
+	if err != nil {
+		return err
+	}
+	if *id == uuid.Nil {
+		return usagef("--id is required")
+	}
+
+	pool, err := c.lazyPool()
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := newStore(pool, q)
+	if err != nil {
+		return err
+	}
+	row, err := store.Get(ctx, *id)
+	if err != nil {
+		return c.storeError(err)
+	}
+	if *asJSON {
+		return writeJSON(c.stdout, rowJSON{
+			Queue: q, MessageID: row.ID, Type: row.Type, TenantID: row.TenantID, IdempotencyKey: row.IdempotencyKey,
+			Topic: row.Topic, Headers: row.Headers, Payload: row.Payload, CreatedAt: row.CreatedAt,
+			VisibleAfter: row.VisibleAfter, Status: row.Status, LeaseOwner: row.LeaseOwner,
+			LeaseExpiresAt: row.LeaseExpiresAt, LeaseGeneration: row.LeaseGeneration, AttemptCount: row.AttemptCount,
+			LastAttemptedAt: row.LastAttemptedAt, LastError: row.LastError, FinishedAt: row.FinishedAt,
+			DeadLetteredAt: row.DeadLetteredAt, AttemptsKept: len(row.Attempts),
+			AttemptsKeptLimit: leasing.AttemptHistoryLimit, Attempts: row.Attempts,
+		})
+	}
+	return printRow(c.stdout, q, row)
+}
+
+// printRow prints row as get does without --json.
+func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...) }
+	line("message", "%s %s", q, row.ID)
+	line("status", "%s", row.Status)
+	if row.Type != "" {
+		line("type", "%s", row.Type)
+	}
+	if row.TenantID != "" {
+		line("tenant", "%s", row.TenantID)
+	}
+	if row.IdempotencyKey != "" {
+		line("idempotency key", "%s", row.IdempotencyKey)
+	}
+	if row.Topic != "" {
+		line("topic", "%s", row.Topic)
+	}
+	line("payload", "%d bytes", len(row.Payload))
+	line("created at", "%s", stamp(row.CreatedAt))
+	line("visible after", "%s", stamp(row.VisibleAfter))
+	line("attempts", "%d", row.AttemptCount)
+	line("lease generation", "%d", row.LeaseGeneration)
+	if row.LeaseExpiresAt != nil {
+		claimed := ""
+		if row.LastAttemptedAt != nil {
+			claimed = ", claimed " + stamp(*row.LastAttemptedAt)
+		}
+		line("lease", "%q until %s%s", row.LeaseOwner, stamp(*row.LeaseExpiresAt), claimed)
+	}
+	if row.LastError != "" {
+		line("last error", "%s", oneLine(row.LastError, 200))
+	}
+	if row.FinishedAt != nil {
+		line("finished at", "%s", stamp(*row.FinishedAt))
+	}
+	if row.DeadLetteredAt != nil {
+		line("dead-lettered at", "%s", stamp(*row.DeadLetteredAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(row.Attempts) == 0 {
+		fmt.Fprintln(w, "\nno finished attempts yet")
+		return nil
+	}
+	fmt.Fprintf(w, "\nhistory: %d finished attempts, oldest first (at most %d are kept)\n", len(row.Attempts), leasing.AttemptHistoryLimit)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tLEASE\tCLAIMED AT\tFINISHED AT\tERROR")
+	for _, a := range row.Attempts {
+		outcome := string(a.Outcome)
+		if a.Operator {
+			outcome += " (operator)"
+		}
+		if a.Forced {
+			outcome += " (forced)"
+		}
+		lease := "-"
+		if a.Owner != "" {
+			lease = fmt.Sprintf("%s#%d", a.Owner, a.Generation)
+		}
+		claimed := "-"
+		if a.ClaimedAt != nil {
+			claimed = stamp(*a.ClaimedAt)
+		}
+		errText := "-"
+		if a.Error != "" {
+			errText = oneLine(a.Error, 120)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, outcome, lease, claimed, stamp(a.FinishedAt), errText)
+	}
+	return tw.Flush()
+}
+
+// stamp formats a database time for the text output: UTC, microseconds.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+// oneLine quotes text when it holds line breaks or tabs, and cuts it to
+// about max bytes, so that one error stays on one line of a table.
+func oneLine(text string, max int) string {
+	cut := false
+	if len(text) > max {
+		for max > 0 && !utf8.RuneStart(text[max]) {
+			max--
+		}
+		text, cut = text[:max], true
+	}
+	if strings.ContainsAny(text, "\n\r\t") {
+		text = fmt.Sprintf("%q", text)
+	}
+	if cut {
+		text += "…"
+	}
+	return text
+}
