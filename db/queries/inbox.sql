@@ -357,7 +357,8 @@ SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
        nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''),
        i.created_at, i.created_at + i.delay
 FROM (
-    SELECT u.*, coalesce(sqlc.narg('now')::timestamptz, clock_timestamp()) AS created_at
+    SELECT u.*, coalesce(sqlc.narg('now')::timestamptz, clock_timestamp()) AS created_at,
+           row_number() OVER () AS position
     FROM (
         SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
                unnest(@message_types::text[]) AS message_type,
@@ -376,10 +377,13 @@ FROM (
     -- two enqueues of the same messages in opposite orders would each wait for
     -- the other (a deadlock, seen in integration/soak_test.go). The order
     -- covers (tenant_id, idempotency_key) first, so that the same messages
-    -- sent twice also meet in one order on that index. (Two enqueues that
-    -- reuse each other's ids under different idempotency keys can still
-    -- deadlock; PostgreSQL then fails one of them.)
-ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''), i.message_id
+    -- sent twice also meet in one order on that index; among messages of
+    -- one key in one call, the first in array order is inserted and the
+    -- others are duplicates (as in Memory). (Two enqueues that reuse each
+    -- other's ids under different idempotency keys can still deadlock;
+    -- PostgreSQL then fails one of them and the store sends it again.)
+ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''),
+         CASE WHEN nullif(i.idempotency_key, '') IS NOT NULL THEN i.position END, i.message_id
 ON CONFLICT DO NOTHING
 RETURNING message_id;
 
