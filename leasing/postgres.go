@@ -133,21 +133,25 @@ func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessag
 }
 
 // Claim implements Store.Claim with one statement: see db/queries InboxClaim.
+// Rows it parks come back as a *ParkedError beside the leases.
 func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	var leases []Lease
-	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err })
+	var (
+		leases []Lease
+		parked []ParkedRow
+	)
+	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	return leases, nil
+	return leases, parkedError(s.queue, parked)
 }
 
 // runClaim sends the claim statement for r on db: the tenant's claim when
 // r names a tenant, else the untenanted one.
-func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]Lease, error) {
+func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]Lease, []ParkedRow, error) {
 	args := claimArgs{now: s.pinned(), owner: r.Owner, batchSize: int32(r.BatchSize), leaseFor: r.LeaseFor, tenantID: r.TenantID}
 	if r.TenantID != "" {
 		return s.sql.claimTenant(ctx, db, args)
@@ -228,15 +232,16 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	var (
 		outcomes []MessageOutcome
 		leases   []Lease
+		parked   []ParkedRow
 	)
 	err = s.pipeline(ctx,
 		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, f); return err },
-		func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err },
+		func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err },
 	)
 	if err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	return WriteResult{Outcomes: outcomes}, leases, nil
+	return WriteResult{Outcomes: outcomes}, leases, parkedError(s.queue, parked)
 }
 
 // Fail implements Store.Fail with one statement for the batch.
