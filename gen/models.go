@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type InboxMessage struct {
@@ -38,6 +39,13 @@ type InboxMessage struct {
 	LastError       *string
 	CompletedAt     *time.Time
 	DeadLetteredAt  *time.Time
+}
+
+type LeasestoreDbVersion struct {
+	ID        int32
+	VersionID int64
+	IsApplied bool
+	Tstamp    pgtype.Timestamp
 }
 
 type OutboxMessage struct {

@@ -18,6 +18,7 @@ import (
 
 // pipeline runs steps, each one generated statement on the gen.DBTX it is
 // given, in one round trip and one implicit transaction on s's pool, after
+// the store's schema check has passed once (schemaReady) and after
 // UseGenericPlans: pgx prepares each statement once per connection, and the
 // generic plan is then reused (the claim's and the fenced writes' generic
 // plans are their custom index plans; integration/plan_test.go checks both).
@@ -27,6 +28,9 @@ import (
 // result failed on the client (context ended, connection lost, decode
 // error), the batch may have committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
+	if err := s.schemaReady(ctx); err != nil {
+		return err
+	}
 	generic := func(db gen.DBTX) error { return gen.New().UseGenericPlans(ctx, db) }
 	steps = append([]func(gen.DBTX) error{generic}, steps...)
 	var rec pgbatch.Recorder

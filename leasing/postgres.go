@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,6 +21,10 @@ type PostgresOptions struct {
 	// database's. It exists for tests that must step time without sleeping;
 	// production leaves it nil so that the database clock decides.
 	Now func() time.Time
+	// SkipSchemaCheck turns off the check that the first claim or fenced
+	// write runs (see Postgres.CheckSchema), for tools that must work on a
+	// database whose schema is behind, such as leasectl doctor.
+	SkipSchemaCheck bool
 }
 
 // Postgres is the PostgreSQL Store for one queue, over a pgx pool and the
@@ -36,12 +42,19 @@ type Postgres struct {
 	queue Queue
 	sql   queueSQL
 	now   func() time.Time
+
+	schemaMu sync.Mutex  // held while the lazy schema check runs
+	schemaOK atomic.Bool // the schema check passed, or is skipped
 }
 
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns the store for queue q over pool. The schema must be
-// migrated (db.MigrateUp).
+// migrated (db.MigrateUp). NewPostgres sends nothing: the first claim or
+// fenced write (any call that goes through the pipeline: Claim,
+// CompleteAndClaim, Renew, Release, Complete, Fail, DeadLetter) first runs
+// CheckSchema, and fails with its *SchemaError, without running, while the
+// schema is behind; call CheckSchema at startup to learn it sooner.
 //
 // The pool may use any pgx query exec mode, and may go through a
 // transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy): no call relies
@@ -57,7 +70,42 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	if _, err := ParseQueue(string(q)); err != nil {
 		return nil, err
 	}
-	return &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now}, nil
+	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now}
+	s.schemaOK.Store(opts.SkipSchemaCheck)
+	return s, nil
+}
+
+// CheckSchema checks, with the package's CheckSchema, that the database
+// holds every migration this version of the code needs and every index
+// they create on the store's table, present and valid. A database migrated
+// further than the code knows passes: during a rolling deploy, older code
+// runs on a newer schema, and newer code fails clearly on an older one.
+// Once a check passed, the store does not check again (leasectl doctor
+// reports an index lost later); a failed check is repeated by the next
+// claim or fenced write, so the store recovers once the migration ran.
+//
+// Errors: a *SchemaError (errors.Is ErrSchema) naming the migrations not
+// applied and the indexes missing or invalid; else the driver error.
+func (s *Postgres) CheckSchema(ctx context.Context) error {
+	if err := CheckSchema(ctx, s.pool, s.queue); err != nil {
+		return err
+	}
+	s.schemaOK.Store(true)
+	return nil
+}
+
+// schemaReady runs CheckSchema unless a check passed (or is skipped); one
+// check at a time.
+func (s *Postgres) schemaReady(ctx context.Context) error {
+	if s.schemaOK.Load() {
+		return nil
+	}
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	if s.schemaOK.Load() {
+		return nil
+	}
+	return s.CheckSchema(ctx)
 }
 
 // Queue returns the queue this store serves.
