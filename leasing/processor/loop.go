@@ -136,8 +136,10 @@ func (r *run) claim() bool {
 		p.report(p.errorf("claim", err))
 		// The claim may have committed before its reply was lost; its
 		// leases would then count an attempt nobody ran. Past one lease
-		// duration they have expired and been reclaimed anyway.
-		r.sweepUntil = sent.Add(p.opts.LeaseDuration)
+		// duration they have expired and been reclaimed anyway. Counted
+		// from now, not from when the claim was sent: a slow claim's
+		// leases expire one lease duration after it ran.
+		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
 		return false
 	}
 	count(p.metrics.acquired, len(leases))
