@@ -10,6 +10,94 @@ import (
 	"time"
 )
 
+const diagnosticsAppliedMigrations = `-- name: DiagnosticsAppliedMigrations :many
+SELECT v.version_id::bigint AS version_id
+FROM (SELECT DISTINCT ON (h.version_id) h.version_id, h.is_applied
+      FROM leasestore_db_version AS h
+      ORDER BY h.version_id, h.id DESC) AS v
+WHERE v.is_applied
+ORDER BY v.version_id
+`
+
+// DiagnosticsAppliedMigrations returns the leasestore migration versions
+// that goose's history (leasestore_db_version, db.VersionTable) records as
+// applied, ascending. The latest row of a version decides: goose versions
+// that recorded a down migration as a row with is_applied false leave the
+// earlier row behind. Version 0 is goose's own first row. Fails (42P01)
+// when the table does not exist, or 42501 when the role may not read it:
+// check DiagnosticsRelationAccess first.
+func (q *Queries) DiagnosticsAppliedMigrations(ctx context.Context, db DBTX) ([]int64, error) {
+	rows, err := db.Query(ctx, diagnosticsAppliedMigrations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var version_id int64
+		if err := rows.Scan(&version_id); err != nil {
+			return nil, err
+		}
+		items = append(items, version_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const diagnosticsIndexStates = `-- name: DiagnosticsIndexStates :many
+SELECT n.name::text AS index_name,
+       (i.indexrelid IS NOT NULL)::boolean AS present,
+       coalesce(i.indisvalid AND i.indisready, false)::boolean AS valid,
+       coalesce(t.relname, '')::text AS table_name
+FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
+LEFT JOIN pg_catalog.pg_index AS i ON i.indexrelid = to_regclass(n.name)
+LEFT JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+ORDER BY n.ord
+`
+
+type DiagnosticsIndexStatesParams struct {
+	IndexNames []string
+}
+
+type DiagnosticsIndexStatesRow struct {
+	IndexName string
+	Present   bool
+	Valid     bool
+	TableName string
+}
+
+// DiagnosticsIndexStates returns one row per name in index_names, in input
+// order: whether an index of that name exists (resolved through
+// search_path, like the queue queries' tables), whether it is valid and
+// ready (false after an interrupted CREATE INDEX CONCURRENTLY), and the
+// table it indexes (” when absent).
+func (q *Queries) DiagnosticsIndexStates(ctx context.Context, db DBTX, arg DiagnosticsIndexStatesParams) ([]DiagnosticsIndexStatesRow, error) {
+	rows, err := db.Query(ctx, diagnosticsIndexStates, arg.IndexNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DiagnosticsIndexStatesRow{}
+	for rows.Next() {
+		var i DiagnosticsIndexStatesRow
+		if err := rows.Scan(
+			&i.IndexName,
+			&i.Present,
+			&i.Valid,
+			&i.TableName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const diagnosticsIndexes = `-- name: DiagnosticsIndexes :many
     -- Read-only catalog queries behind leasectl doctor. to_regclass resolves
     -- table names through search_path, like the queue queries; the casts give
@@ -131,6 +219,30 @@ func (q *Queries) DiagnosticsPreparedXacts(ctx context.Context, db DBTX) (Diagno
 	row := db.QueryRow(ctx, diagnosticsPreparedXacts)
 	var i DiagnosticsPreparedXactsRow
 	err := row.Scan(&i.Prepared, &i.OldestAge)
+	return i, err
+}
+
+const diagnosticsRelationAccess = `-- name: DiagnosticsRelationAccess :one
+SELECT (to_regclass($1::text) IS NOT NULL)::boolean AS present,
+       coalesce(has_table_privilege(to_regclass($1::text), 'SELECT'), false)::boolean AS readable
+`
+
+type DiagnosticsRelationAccessParams struct {
+	RelationName string
+}
+
+type DiagnosticsRelationAccessRow struct {
+	Present  bool
+	Readable bool
+}
+
+// DiagnosticsRelationAccess reports whether a table (or view) named
+// relation_name exists, resolved through search_path, and whether the
+// current role may SELECT from it.
+func (q *Queries) DiagnosticsRelationAccess(ctx context.Context, db DBTX, arg DiagnosticsRelationAccessParams) (DiagnosticsRelationAccessRow, error) {
+	row := db.QueryRow(ctx, diagnosticsRelationAccess, arg.RelationName)
+	var i DiagnosticsRelationAccessRow
+	err := row.Scan(&i.Present, &i.Readable)
 	return i, err
 }
 

@@ -45,8 +45,14 @@ func (q *Queries) DiagnosticsInboxOverdue(ctx context.Context, db DBTX, arg Diag
 const inboxClaim = `-- name: InboxClaim :many
 WITH ready AS (
     -- Index order over inbox_messages_ready_idx; visible_after is an index condition.
-    SELECT message_id, created_at
-    FROM inbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM inbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
 
@@ -55,8 +61,14 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over inbox_messages_inflight_idx; lease_expires_at is an index condition.
-    SELECT message_id, created_at
-    FROM inbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM inbox_messages AS m
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
       -- Checked once, through inbox_messages_expiry_idx: while no lease has expired
@@ -73,10 +85,25 @@ WITH ready AS (
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id
-    FROM (SELECT message_id, created_at FROM ready UNION ALL SELECT message_id, created_at FROM expired) AS due
+    SELECT due.message_id, due.unclaimable
+    FROM (SELECT message_id, created_at, unclaimable FROM ready UNION ALL SELECT message_id, created_at, unclaimable FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT $2::integer
+), parked AS (
+    -- A picked row the claim cannot take is parked: dead-lettered by this
+    -- statement, with the reason in last_error, so that it neither fails
+    -- the claim nor stays at the head of the queue. Its lease owner,
+    -- generation and attempts are left as they were. The reason was read
+    -- with the row's lock, so only parked rows cost a lookup here.
+    UPDATE inbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce($1::timestamptz, statement_timestamp()),
+        lease_expires_at = NULL,
+        last_error       = 'parked by the claim: ' || picked.unclaimable
+    FROM picked
+    WHERE picked.unclaimable IS NOT NULL
+      AND m.message_id = picked.message_id
+    RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE inbox_messages AS m
     SET status            = 'processing',
@@ -95,14 +122,22 @@ WITH ready AS (
             ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
+      AND picked.unclaimable IS NULL
     RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
 FROM claimed
+UNION ALL
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+       coalesce($1::timestamptz, statement_timestamp()),
+       coalesce($1::timestamptz, statement_timestamp()), '',
+       coalesce($1::timestamptz, statement_timestamp()),
+       0, 0, NULL, last_error
+FROM parked
 ORDER BY created_at, message_id
 `
 
@@ -128,6 +163,7 @@ type InboxClaimRow struct {
 	LeaseGeneration int64
 	AttemptCount    int32
 	LastError       *string
+	ParkedReason    *string
 }
 
 // InboxClaim leases up to batch_size due inbox messages to lease_owner for
@@ -136,7 +172,14 @@ type InboxClaimRow struct {
 // with lease_expires_at = now + lease_for, lease_generation + 1 and
 // attempt_count + 1. InboxClaimTenant claims one tenant's rows.
 // Rows locked by concurrent claims are skipped. Returns the claimed rows in
-// FIFO order, (created_at, message_id).
+// FIFO order, (created_at, message_id). A picked row that cannot be claimed
+// (a counter at its type's limit, a non-finite time, headers that are not a
+// JSON object) is parked instead: dead-lettered with the reason as
+// last_error, and returned with parked_reason set; parked_reason is NULL
+// on every claimed row.
+// A parked row: message_id, and its last_error as parked_reason; the other
+// columns are placeholders (the same now for every parked row, so that
+// parked rows come out in message_id order).
 func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams) ([]InboxClaimRow, error) {
 	rows, err := db.Query(ctx, inboxClaim,
 		arg.Now,
@@ -166,6 +209,7 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 			&i.LeaseGeneration,
 			&i.AttemptCount,
 			&i.LastError,
+			&i.ParkedReason,
 		); err != nil {
 			return nil, err
 		}
@@ -180,8 +224,14 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 const inboxClaimTenant = `-- name: InboxClaimTenant :many
 WITH ready AS (
     -- Index order over inbox_messages_tenant_ready_idx; visible_after is an index condition.
-    SELECT message_id, created_at
-    FROM inbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM inbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
       AND tenant_id = $2::text
@@ -191,8 +241,14 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over inbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
-    SELECT message_id, created_at
-    FROM inbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM inbox_messages AS m
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
       -- Checked once, through inbox_messages_expiry_idx: while no lease has expired
@@ -210,10 +266,25 @@ WITH ready AS (
     LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id
-    FROM (SELECT message_id, created_at FROM ready UNION ALL SELECT message_id, created_at FROM expired) AS due
+    SELECT due.message_id, due.unclaimable
+    FROM (SELECT message_id, created_at, unclaimable FROM ready UNION ALL SELECT message_id, created_at, unclaimable FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT $3::integer
+), parked AS (
+    -- A picked row the claim cannot take is parked: dead-lettered by this
+    -- statement, with the reason in last_error, so that it neither fails
+    -- the claim nor stays at the head of the queue. Its lease owner,
+    -- generation and attempts are left as they were. The reason was read
+    -- with the row's lock, so only parked rows cost a lookup here.
+    UPDATE inbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce($1::timestamptz, statement_timestamp()),
+        lease_expires_at = NULL,
+        last_error       = 'parked by the claim: ' || picked.unclaimable
+    FROM picked
+    WHERE picked.unclaimable IS NOT NULL
+      AND m.message_id = picked.message_id
+    RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE inbox_messages AS m
     SET status            = 'processing',
@@ -232,14 +303,22 @@ WITH ready AS (
             ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
+      AND picked.unclaimable IS NULL
     RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
 FROM claimed
+UNION ALL
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+       coalesce($1::timestamptz, statement_timestamp()),
+       coalesce($1::timestamptz, statement_timestamp()), '',
+       coalesce($1::timestamptz, statement_timestamp()),
+       0, 0, NULL, last_error
+FROM parked
 ORDER BY created_at, message_id
 `
 
@@ -266,10 +345,14 @@ type InboxClaimTenantRow struct {
 	LeaseGeneration int64
 	AttemptCount    int32
 	LastError       *string
+	ParkedReason    *string
 }
 
 // InboxClaimTenant is InboxClaim restricted to the rows of tenant_id, read
 // through the tenant's own claim indexes.
+// A parked row: message_id, and its last_error as parked_reason; the other
+// columns are placeholders (the same now for every parked row, so that
+// parked rows come out in message_id order).
 func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimTenantParams) ([]InboxClaimTenantRow, error) {
 	rows, err := db.Query(ctx, inboxClaimTenant,
 		arg.Now,
@@ -300,6 +383,7 @@ func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimT
 			&i.LeaseGeneration,
 			&i.AttemptCount,
 			&i.LastError,
+			&i.ParkedReason,
 		); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type InboxMessage struct {
@@ -40,6 +41,13 @@ type InboxMessage struct {
 	DeadLetteredAt  *time.Time
 	// Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (completed, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).
 	Attempts []byte
+}
+
+type LeasestoreDbVersion struct {
+	ID        int32
+	VersionID int64
+	IsApplied bool
+	Tstamp    pgtype.Timestamp
 }
 
 type OutboxMessage struct {

@@ -466,7 +466,7 @@ func (pr *e2eProc) waitCounters(t *testing.T, want map[string]int64) {
 // e2eCounterNames are the processor counters, as the processor package names them
 // and the seed, with "succeeded" standing for the outbox's "published".
 var e2eCounterNames = []string{
-	"leases_acquired", "succeeded", "failed", "dead_lettered", "lease_lost", "persist_skipped", "persist_rejected",
+	"leases_acquired", "succeeded", "failed", "dead_lettered", "lease_lost", "persist_skipped", "persist_rejected", "parked",
 }
 
 // e2eCounterName returns the full instrument name of short counter name on

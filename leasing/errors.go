@@ -3,6 +3,8 @@ package leasing
 import (
 	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
 )
 
 var (
@@ -59,3 +61,58 @@ var ErrDuplicate = errors.New("leasing: duplicate message id")
 // after a pause. The error also wraps the server's *pgconn.PgError (SQLSTATE
 // 55P03, lock_not_available). Memory never returns it.
 var ErrLockTimeout = errors.New("leasing: lock timeout")
+
+// ErrParked is matched (errors.Is) by every *ParkedError.
+var ErrParked = errors.New("leasing: claim parked messages it could not lease")
+
+// ParkedError is returned by Claim and CompleteAndClaim, together with
+// their normal results, when the claim reached rows it could not lease and
+// parked them instead: each was dead-lettered by the claim itself, in the
+// same transaction, with last_error "parked by the claim: <reason>". The
+// leases returned beside it are valid and must be worked as usual; the
+// parked rows counted against the batch size. errors.Is(err, ErrParked)
+// holds.
+//
+// A row is parked when its attempt_count (integer) or lease_generation
+// (bigint) is at its type's limit, so that the claim's + 1 would overflow;
+// when its created_at or visible_after is ±infinity (no Go time); or when
+// its headers are not a JSON object (Message.Headers promises one). The API
+// never writes such rows: they come from hand-written SQL or older
+// versions. Requeue puts a parked row back to pending with its attempts
+// reset; fix the other values by hand first, or the next claim parks it
+// again.
+type ParkedError struct {
+	// Queue is the queue claimed from.
+	Queue Queue
+	// Parked lists the parked rows, ordered by message id.
+	Parked []ParkedRow
+}
+
+// ParkedRow is one row a claim parked.
+type ParkedRow struct {
+	// ID is the message id.
+	ID uuid.UUID
+	// Reason is the row's new last_error: "parked by the claim: ..." and
+	// what is wrong with the row.
+	Reason string
+}
+
+// Error implements error: the queue, the count and the first row's reason.
+func (e *ParkedError) Error() string {
+	if len(e.Parked) == 0 {
+		return fmt.Sprintf("leasing: claim %s parked no messages", e.Queue)
+	}
+	return fmt.Sprintf("leasing: claim %s parked %d message(s) as dead_lettered; first %s: %s",
+		e.Queue, len(e.Parked), e.Parked[0].ID, e.Parked[0].Reason)
+}
+
+// Is reports whether target is ErrParked.
+func (e *ParkedError) Is(target error) bool { return target == ErrParked }
+
+// parkedError returns a *ParkedError for parked, or nil when it is empty.
+func parkedError(q Queue, parked []ParkedRow) error {
+	if len(parked) == 0 {
+		return nil
+	}
+	return &ParkedError{Queue: q, Parked: parked}
+}

@@ -3,7 +3,9 @@ package leasing
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -181,7 +183,17 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.due(r, now, leaseFor)
 	})
 	leases := []Lease{}
+	var parked []ParkedRow
 	for _, r := range due[:min(len(due), req.BatchSize)] {
+		if reason := unclaimable(r); reason != "" {
+			// Parked as the claim statement parks it: dead-lettered, lease
+			// fields other than the expiry, generation and attempts kept.
+			at := now
+			r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &at, nil
+			r.LastError = "parked by the claim: " + reason
+			parked = append(parked, ParkedRow{ID: r.ID, Reason: r.LastError})
+			continue
+		}
 		if r.Status == m.queue.InFlight() {
 			// A reclaim: the expired attempt's entry, as the SQL claim writes it.
 			finished := now
@@ -204,7 +216,46 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 			Attempt: r.AttemptCount, LastError: r.LastError, Message: r.Message,
 		})
 	}
-	return leases, nil
+	slices.SortFunc(parked, func(a, b ParkedRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	return leases, parkedError(m.queue, parked)
+}
+
+// unclaimable returns why a claim cannot lease r, or "": the reasons of the
+// claim statement's "unclaimable" in db/queries/queue.sql.tmpl that a Row
+// can hold (a time.Time is never infinite), with the same texts. Counters
+// are bounded by the column types, integer and bigint.
+func unclaimable(r *Row) string {
+	switch {
+	case r.AttemptCount >= math.MaxInt32:
+		return "attempt_count is at its limit (2147483647)"
+	case r.LeaseGeneration >= math.MaxInt64:
+		return "lease_generation is at its limit (9223372036854775807)"
+	case len(r.Headers) > 0 && !isJSONObject(r.Headers): // Load may leave them empty: none
+		return "headers are a JSON " + jsonType(r.Headers) + ", not an object"
+	}
+	return ""
+}
+
+// jsonType names the JSON type of b as jsonb_typeof does: object, array,
+// string, number, boolean or null; "invalid" when b is not JSON.
+func jsonType(b []byte) string {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "invalid"
+	}
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "boolean"
+	}
+	return "null"
 }
 
 // holds reports whether l is the current lease on r.
@@ -373,8 +424,8 @@ func (m *Memory) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequ
 	if len(done) > 0 {
 		res, _ = m.Complete(ctx, done...)
 	}
-	leases, _ := m.Claim(ctx, r)
-	return res, leases, nil
+	leases, err := m.Claim(ctx, r) // nil or a *ParkedError
+	return res, leases, err
 }
 
 // Complete implements Store.Complete.

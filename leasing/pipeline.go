@@ -27,7 +27,8 @@ import (
 
 // pipeline runs steps, each one generated statement on the gen.DBTX it is
 // given, in one round trip and one implicit transaction on s's pool, after
-// UseReadCommitted and UseGenericPlansAndLockTimeout: pgx prepares each
+// UseReadCommitted and UseGenericPlansAndLockTimeout, once the store's
+// schema check has passed (schemaReady): pgx prepares each
 // statement once per connection, and the generic plan is then reused (the
 // claim's and the fenced writes' generic plans are their custom index
 // plans; integration/plan_test.go checks both). Planning the claim for
@@ -37,6 +38,9 @@ import (
 // client (context ended, connection lost, decode error), the batch may have
 // committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
+	if err := s.schemaReady(ctx); err != nil {
+		return err
+	}
 	settings := func(db gen.DBTX) error {
 		return gen.New().UseGenericPlansAndLockTimeout(ctx, db, gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +48,11 @@ type PostgresOptions struct {
 	// options=-c lock_timeout=5s, or ALTER ROLE ... SET lock_timeout), or
 	// use the exec query mode.
 	LockTimeout time.Duration
+
+	// SkipSchemaCheck turns off the check that the first claim or fenced
+	// write runs (see Postgres.CheckSchema), for tools that must work on a
+	// database whose schema is behind, such as leasectl doctor.
+	SkipSchemaCheck bool
 }
 
 // DefaultLockTimeout is PostgresOptions.LockTimeout when it is 0: 5
@@ -99,12 +106,19 @@ type Postgres struct {
 	sql         queueSQL
 	now         func() time.Time
 	lockTimeout string // lock_timeout setting, e.g. "5000ms"
+
+	schemaMu sync.Mutex  // held while the lazy schema check runs
+	schemaOK atomic.Bool // the schema check passed, or is skipped
 }
 
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns the store for queue q over pool. The schema must be
-// migrated (db.MigrateUp).
+// migrated (db.MigrateUp). NewPostgres sends nothing: the first claim or
+// fenced write (any call that goes through the pipeline: Claim,
+// CompleteAndClaim, Renew, Release, Complete, Fail, DeadLetter) first runs
+// CheckSchema, and fails with its *SchemaError, without running, while the
+// schema is behind; call CheckSchema at startup to learn it sooner.
 //
 // The pool may use any pgx query exec mode, and may go through a
 // transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy): no call relies
@@ -125,7 +139,42 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout}, nil
+	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout}
+	s.schemaOK.Store(opts.SkipSchemaCheck)
+	return s, nil
+}
+
+// CheckSchema checks, with the package's CheckSchema, that the database
+// holds every migration this version of the code needs and every index
+// they create on the store's table, present and valid. A database migrated
+// further than the code knows passes: during a rolling deploy, older code
+// runs on a newer schema, and newer code fails clearly on an older one.
+// Once a check passed, the store does not check again (leasectl doctor
+// reports an index lost later); a failed check is repeated by the next
+// claim or fenced write, so the store recovers once the migration ran.
+//
+// Errors: a *SchemaError (errors.Is ErrSchema) naming the migrations not
+// applied and the indexes missing or invalid; else the driver error.
+func (s *Postgres) CheckSchema(ctx context.Context) error {
+	if err := CheckSchema(ctx, s.pool, s.queue); err != nil {
+		return err
+	}
+	s.schemaOK.Store(true)
+	return nil
+}
+
+// schemaReady runs CheckSchema unless a check passed (or is skipped); one
+// check at a time.
+func (s *Postgres) schemaReady(ctx context.Context) error {
+	if s.schemaOK.Load() {
+		return nil
+	}
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	if s.schemaOK.Load() {
+		return nil
+	}
+	return s.CheckSchema(ctx)
 }
 
 // Queue returns the queue this store serves.
@@ -228,21 +277,25 @@ func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessag
 }
 
 // Claim implements Store.Claim with one statement: see db/queries InboxClaim.
+// Rows it parks come back as a *ParkedError beside the leases.
 func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	var leases []Lease
-	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err })
+	var (
+		leases []Lease
+		parked []ParkedRow
+	)
+	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err })
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	return leases, nil
+	return leases, parkedError(s.queue, parked)
 }
 
 // runClaim sends the claim statement for r on db: the tenant's claim when
 // r names a tenant, else the untenanted one.
-func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]Lease, error) {
+func (s *Postgres) runClaim(ctx context.Context, db gen.DBTX, r ClaimRequest) ([]Lease, []ParkedRow, error) {
 	args := claimArgs{now: s.pinned(), owner: r.Owner, batchSize: int32(r.BatchSize), leaseFor: r.LeaseFor, tenantID: r.TenantID}
 	if r.TenantID != "" {
 		return s.sql.claimTenant(ctx, db, args)
@@ -325,15 +378,16 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	var (
 		outcomes []MessageOutcome
 		leases   []Lease
+		parked   []ParkedRow
 	)
 	err = s.pipeline(ctx,
 		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, f); return err },
-		func(db gen.DBTX) (err error) { leases, err = s.runClaim(ctx, db, r); return err },
+		func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err },
 	)
 	if err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	return WriteResult{Outcomes: outcomes}, leases, nil
+	return WriteResult{Outcomes: outcomes}, leases, parkedError(s.queue, parked)
 }
 
 // Fail implements Store.Fail with one statement for the batch.

@@ -22,8 +22,10 @@ import (
 // pool, the caller's transaction, or a pipeline's recording or replaying
 // gen.DBTX.
 type queueSQL interface {
-	claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error)
-	claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error)
+	// claim and claimTenant return the leases taken and the rows parked
+	// instead (see ParkedError), each in claim order.
+	claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error)
+	claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error)
 	// renew returns the new expiry (UTC) of each renewed message.
 	renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error)
 	release(ctx context.Context, db gen.DBTX, f fenceArgs) ([]MessageOutcome, error)
@@ -140,6 +142,23 @@ func convertRows[R, T any](rows []R, conv func(R) T) []T {
 		out[i] = conv(r)
 	}
 	return out
+}
+
+// splitClaim converts a claim's rows: a row with a parked reason was
+// parked by the claim (its other columns are placeholders), every other
+// row is a lease, converted with conv. Both keep the rows' order; leases is
+// never nil.
+func splitClaim[R any](rows []R, conv func(R) (Lease, *string)) (leases []Lease, parked []ParkedRow) {
+	leases = make([]Lease, 0, len(rows))
+	for _, r := range rows {
+		l, reason := conv(r)
+		if reason != nil {
+			parked = append(parked, ParkedRow{ID: l.Message.ID, Reason: *reason})
+			continue
+		}
+		leases = append(leases, l)
+	}
+	return leases, parked
 }
 
 // enqueueColumns is a batch of messages as the parallel arrays that the

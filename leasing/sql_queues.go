@@ -17,24 +17,28 @@ type inboxSQL struct{ q *gen.Queries }
 
 var _ queueSQL = inboxSQL{}
 
-func (a inboxSQL) claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error) {
+func (a inboxSQL) claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error) {
 	rows, err := a.q.InboxClaim(ctx, db, gen.InboxClaimParams{
 		Now: r.now, BatchSize: r.batchSize, LeaseOwner: r.owner, LeaseFor: r.leaseFor,
 	})
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, nil, mapErr(err)
 	}
-	return convertRows(rows, inboxLease), nil
+	leases, parked := splitClaim(rows, func(r gen.InboxClaimRow) (Lease, *string) { return inboxLease(r), r.ParkedReason })
+	return leases, parked, nil
 }
 
-func (a inboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error) {
+func (a inboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error) {
 	rows, err := a.q.InboxClaimTenant(ctx, db, gen.InboxClaimTenantParams{
 		Now: r.now, TenantID: r.tenantID, BatchSize: r.batchSize, LeaseOwner: r.owner, LeaseFor: r.leaseFor,
 	})
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, nil, mapErr(err)
 	}
-	return convertRows(rows, func(r gen.InboxClaimTenantRow) Lease { return inboxLease(gen.InboxClaimRow(r)) }), nil
+	leases, parked := splitClaim(rows, func(r gen.InboxClaimTenantRow) (Lease, *string) {
+		return inboxLease(gen.InboxClaimRow(r)), r.ParkedReason
+	})
+	return leases, parked, nil
 }
 
 func (a inboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error) {
@@ -257,24 +261,28 @@ type outboxSQL struct{ q *gen.Queries }
 
 var _ queueSQL = outboxSQL{}
 
-func (a outboxSQL) claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error) {
+func (a outboxSQL) claim(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error) {
 	rows, err := a.q.OutboxClaim(ctx, db, gen.OutboxClaimParams{
 		Now: r.now, BatchSize: r.batchSize, LeaseOwner: r.owner, LeaseFor: r.leaseFor,
 	})
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, nil, mapErr(err)
 	}
-	return convertRows(rows, outboxLease), nil
+	leases, parked := splitClaim(rows, func(r gen.OutboxClaimRow) (Lease, *string) { return outboxLease(r), r.ParkedReason })
+	return leases, parked, nil
 }
 
-func (a outboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, error) {
+func (a outboxSQL) claimTenant(ctx context.Context, db gen.DBTX, r claimArgs) ([]Lease, []ParkedRow, error) {
 	rows, err := a.q.OutboxClaimTenant(ctx, db, gen.OutboxClaimTenantParams{
 		Now: r.now, TenantID: r.tenantID, BatchSize: r.batchSize, LeaseOwner: r.owner, LeaseFor: r.leaseFor,
 	})
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, nil, mapErr(err)
 	}
-	return convertRows(rows, func(r gen.OutboxClaimTenantRow) Lease { return outboxLease(gen.OutboxClaimRow(r)) }), nil
+	leases, parked := splitClaim(rows, func(r gen.OutboxClaimTenantRow) (Lease, *string) {
+		return outboxLease(gen.OutboxClaimRow(r)), r.ParkedReason
+	})
+	return leases, parked, nil
 }
 
 func (a outboxSQL) renew(ctx context.Context, db gen.DBTX, f fenceArgs, leaseFor time.Duration) (map[uuid.UUID]time.Time, error) {

@@ -29,6 +29,14 @@ type Store interface {
 	// Due are pending and failed rows whose VisibleAfter has passed and in-flight
 	// rows whose lease has expired. Returns 0..BatchSize leases ordered by
 	// (CreatedAt, ID), never nil. Each claim bumps the generation and attempt.
+	//
+	// A due row that cannot be leased (a counter at its type's limit, a
+	// non-finite time, headers that are not a JSON object: see
+	// ParkedError) is parked instead: dead-lettered by the claim with the
+	// reason as its last error, counted against BatchSize. Claim then
+	// returns the leases it took and a *ParkedError (errors.Is ErrParked)
+	// naming the parked rows; the leases are valid, work them as usual.
+	// One bad row never fails the claim of the others.
 	Claim(ctx context.Context, r ClaimRequest) ([]Lease, error)
 
 	// Renew extends each lease to the store's now + leaseFor while its owner,
@@ -56,7 +64,9 @@ type Store interface {
 	// pays one round trip and one commit per batch instead of two. done may
 	// be empty (the loop's first call); its owner need not be r.Owner. Both
 	// inputs are validated before anything runs. Returns the outcomes of
-	// done, in input order, and the new leases, as Claim orders them.
+	// done, in input order, and the new leases, as Claim orders them. Rows
+	// the claim parked come back as a *ParkedError beside both results, as
+	// for Claim.
 	//
 	// The two writes commit together or not at all: on an error the server
 	// returned neither took effect; on a client-side error (context ended or

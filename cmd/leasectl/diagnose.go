@@ -23,7 +23,7 @@ func statusOf(code int) error {
 	return exitCode(code)
 }
 
-// runDoctor checks indexes, the claim's plan and cost, lease and backlog
+// runDoctor checks migrations, indexes, the claim's plan and cost, lease and backlog
 // health, dead rows and sessions holding back VACUUM: internal/doctor.
 func runDoctor(ctx context.Context, c *cli, args []string) error {
 	args, err := c.takeDatabaseFlag(args)

@@ -1,3 +1,33 @@
+-- DiagnosticsAppliedMigrations returns the leasestore migration versions
+-- that goose's history (leasestore_db_version, db.VersionTable) records as
+-- applied, ascending. The latest row of a version decides: goose versions
+-- that recorded a down migration as a row with is_applied false leave the
+-- earlier row behind. Version 0 is goose's own first row. Fails (42P01)
+-- when the table does not exist, or 42501 when the role may not read it:
+-- check DiagnosticsRelationAccess first.
+-- name: DiagnosticsAppliedMigrations :many
+SELECT v.version_id::bigint AS version_id
+FROM (SELECT DISTINCT ON (h.version_id) h.version_id, h.is_applied
+      FROM leasestore_db_version AS h
+      ORDER BY h.version_id, h.id DESC) AS v
+WHERE v.is_applied
+ORDER BY v.version_id;
+
+-- DiagnosticsIndexStates returns one row per name in index_names, in input
+-- order: whether an index of that name exists (resolved through
+-- search_path, like the queue queries' tables), whether it is valid and
+-- ready (false after an interrupted CREATE INDEX CONCURRENTLY), and the
+-- table it indexes ('' when absent).
+-- name: DiagnosticsIndexStates :many
+SELECT n.name::text AS index_name,
+       (i.indexrelid IS NOT NULL)::boolean AS present,
+       coalesce(i.indisvalid AND i.indisready, false)::boolean AS valid,
+       coalesce(t.relname, '')::text AS table_name
+FROM unnest(@index_names::text[]) WITH ORDINALITY AS n(name, ord)
+LEFT JOIN pg_catalog.pg_index AS i ON i.indexrelid = to_regclass(n.name)
+LEFT JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+ORDER BY n.ord;
+
 -- DiagnosticsIndexes returns every index on table_name, ordered by name, with
 -- valid (queries may use it; false after an interrupted CREATE INDEX
 -- CONCURRENTLY) and ready (writes maintain it). Empty when there is no such
@@ -42,6 +72,13 @@ SELECT count(*)::bigint AS prepared,
        coalesce(statement_timestamp() - min(p.prepared), '0'::interval)::interval AS oldest_age
 FROM pg_catalog.pg_prepared_xacts AS p
 WHERE p.database = current_database();
+
+-- DiagnosticsRelationAccess reports whether a table (or view) named
+-- relation_name exists, resolved through search_path, and whether the
+-- current role may SELECT from it.
+-- name: DiagnosticsRelationAccess :one
+SELECT (to_regclass(@relation_name::text) IS NOT NULL)::boolean AS present,
+       coalesce(has_table_privilege(to_regclass(@relation_name::text), 'SELECT'), false)::boolean AS readable;
 
 -- DiagnosticsReplicationSlots returns the replication slots that hold back
 -- VACUUM of user tables (xmin set), with xmin_age in transactions

@@ -26,12 +26,22 @@ SELECT (EXISTS (SELECT 1
 -- with lease_expires_at = now + lease_for, lease_generation + 1 and
 -- attempt_count + 1. OutboxClaimTenant claims one tenant's rows.
 -- Rows locked by concurrent claims are skipped. Returns the claimed rows in
--- FIFO order, (created_at, message_id).
+-- FIFO order, (created_at, message_id). A picked row that cannot be claimed
+-- (a counter at its type's limit, a non-finite time, headers that are not a
+-- JSON object) is parked instead: dead-lettered with the reason as
+-- last_error, and returned with parked_reason set; parked_reason is NULL
+-- on every claimed row.
 -- name: OutboxClaim :many
 WITH ready AS (
     -- Index order over outbox_messages_ready_idx; visible_after is an index condition.
-    SELECT message_id, created_at
-    FROM outbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
 
@@ -40,8 +50,14 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_inflight_idx; lease_expires_at is an index condition.
-    SELECT message_id, created_at
-    FROM outbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM outbox_messages AS m
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
@@ -58,10 +74,25 @@ WITH ready AS (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id
+    SELECT due.message_id, due.unclaimable
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT @batch_size::integer
+), parked AS (
+    -- A picked row the claim cannot take is parked: dead-lettered by this
+    -- statement, with the reason in last_error, so that it neither fails
+    -- the claim nor stays at the head of the queue. Its lease owner,
+    -- generation and attempts are left as they were. The reason was read
+    -- with the row's lock, so only parked rows cost a lookup here.
+    UPDATE outbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        lease_expires_at = NULL,
+        last_error       = 'parked by the claim: ' || picked.unclaimable
+    FROM picked
+    WHERE picked.unclaimable IS NOT NULL
+      AND m.message_id = picked.message_id
+    RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m
     SET status            = 'publishing',
@@ -80,14 +111,25 @@ WITH ready AS (
             ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
+      AND picked.unclaimable IS NULL
     RETURNING m.*
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
 FROM claimed
+UNION ALL
+-- A parked row: message_id, and its last_error as parked_reason; the other
+-- columns are placeholders (the same now for every parked row, so that
+-- parked rows come out in message_id order).
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+       0, 0, NULL, last_error
+FROM parked
 ORDER BY created_at, message_id;
 
 -- OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
@@ -95,8 +137,14 @@ ORDER BY created_at, message_id;
 -- name: OutboxClaimTenant :many
 WITH ready AS (
     -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
-    SELECT message_id, created_at
-    FROM outbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       AND tenant_id = @tenant_id::text
@@ -106,8 +154,14 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
-    SELECT message_id, created_at
-    FROM outbox_messages
+    SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable
+    FROM outbox_messages AS m
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
@@ -125,10 +179,25 @@ WITH ready AS (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id
+    SELECT due.message_id, due.unclaimable
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT @batch_size::integer
+), parked AS (
+    -- A picked row the claim cannot take is parked: dead-lettered by this
+    -- statement, with the reason in last_error, so that it neither fails
+    -- the claim nor stays at the head of the queue. Its lease owner,
+    -- generation and attempts are left as they were. The reason was read
+    -- with the row's lock, so only parked rows cost a lookup here.
+    UPDATE outbox_messages AS m
+    SET status           = 'dead_lettered',
+        dead_lettered_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        lease_expires_at = NULL,
+        last_error       = 'parked by the claim: ' || picked.unclaimable
+    FROM picked
+    WHERE picked.unclaimable IS NOT NULL
+      AND m.message_id = picked.message_id
+    RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m
     SET status            = 'publishing',
@@ -147,14 +216,25 @@ WITH ready AS (
             ELSE m.attempts END
     FROM picked
     WHERE m.message_id = picked.message_id
+      AND picked.unclaimable IS NULL
     RETURNING m.*
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
 FROM claimed
+UNION ALL
+-- A parked row: message_id, and its last_error as parked_reason; the other
+-- columns are placeholders (the same now for every parked row, so that
+-- parked rows come out in message_id order).
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+       0, 0, NULL, last_error
+FROM parked
 ORDER BY created_at, message_id;
 
 -- OutboxCountByStatus returns the number of outbox rows per status, ordered by

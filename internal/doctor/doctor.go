@@ -1,5 +1,6 @@
 // Package doctor checks the health of the leasestore queues on a database:
-// the indexes a claim needs, the plan and cost of a real claim (run under
+// the migrations this version needs and the indexes a claim needs (the
+// list leasing.CheckSchema checks, from db.Requirements), the plan and cost of a real claim (run under
 // EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
 // autovacuum, and sessions that hold back VACUUM. Each problem comes with
 // its reason in words; warnings are reported but leave the database healthy.
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
@@ -90,9 +92,23 @@ type Report struct {
 	// is how often autovacuum visits each database.
 	Autovacuum               bool    `json:"autovacuum"`
 	AutovacuumNaptimeSeconds float64 `json:"autovacuum_naptime_seconds"`
+	// Migrations lists every migration this version needs
+	// (db.Requirements) and whether the history (db.VersionTable) records
+	// it applied; empty when the role may not read the history (a
+	// warning). MigrationHistory is false when that table is missing.
+	Migrations       []MigrationState `json:"migrations"`
+	MigrationHistory bool             `json:"migration_history"`
 	// Problems and Warnings are the server-wide findings, in words.
 	Problems []string `json:"problems"`
 	Warnings []string `json:"warnings"`
+}
+
+// MigrationState is one required migration.
+type MigrationState struct {
+	// Name is the migration file's name without .sql, e.g.
+	// "00005_lease_expiry_idx".
+	Name    string `json:"name"`
+	Applied bool   `json:"applied"`
 }
 
 // QueueReport is what Check found for one queue.
@@ -168,15 +184,25 @@ type IndexState struct {
 	Valid bool `json:"valid"`
 }
 
-// RequiredIndexes returns the indexes queue q's statements rely on.
-func RequiredIndexes(q leasing.Queue) []string {
-	t := q.Table()
-	idx := []string{t + "_pkey", t + "_ready_idx", t + "_inflight_idx", t + "_expiry_idx", t + "_tenant_ready_idx", t + "_tenant_inflight_idx",
-		t + "_" + string(q.Succeeded()) + "_idx", t + "_dead_lettered_idx"}
-	if q == leasing.Inbox {
-		idx = append(idx, "inbox_messages_idempotency_key_idx")
+// RequiredIndexes returns the indexes queue q's statements rely on: those
+// the embedded migrations create on its table (db.Requirements, the list
+// leasing.CheckSchema checks too), in migration order.
+//
+// Errors: those of db.Requirements.
+func RequiredIndexes(q leasing.Queue) ([]string, error) {
+	reqs, err := db.Requirements()
+	if err != nil {
+		return nil, err
 	}
-	return idx
+	var idx []string
+	for _, r := range reqs {
+		for _, ix := range r.Indexes {
+			if ix.Table == q.Table() {
+				idx = append(idx, ix.Name)
+			}
+		}
+	}
+	return idx, nil
 }
 
 // maxNaptime is the longest autovacuum_naptime doctor accepts without a
@@ -204,9 +230,12 @@ var shippedOptions = []string{
 // in the report, not an error).
 func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error) {
 	opts = opts.withDefaults()
-	rep := Report{Queues: []QueueReport{}, Problems: []string{}, Warnings: []string{}}
+	rep := Report{Queues: []QueueReport{}, Migrations: []MigrationState{}, Problems: []string{}, Warnings: []string{}}
 	if opts.BatchSize < 1 || opts.BatchSize > leasing.MaxBatchSize {
 		return rep, fmt.Errorf("doctor: batch size must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
+	}
+	if err := checkMigrations(ctx, pool, opts, &rep); err != nil {
+		return rep, err
 	}
 	for _, q := range opts.Queues {
 		qr, err := checkQueue(ctx, pool, q, opts)
@@ -258,7 +287,11 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %s indexes: %w", t, err)
 	}
-	for _, name := range RequiredIndexes(q) {
+	required, err := RequiredIndexes(q)
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %w", err)
+	}
+	for _, name := range required {
 		st := IndexState{Name: name}
 		for _, ix := range indexes {
 			if ix.IndexName == name {
@@ -274,7 +307,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		}
 	}
 
-	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{SkipSchemaCheck: true}) // checkMigrations and the index checks report the schema
 	if err != nil {
 		return qr, err
 	}
@@ -328,11 +361,11 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	// expiry probe reads one row at most, so a small table may answer it
 	// with a sequential scan too.
 	small := rows < smallTable
-	required := []string{t + "_ready_idx", t + "_inflight_idx"}
+	used := []string{t + "_ready_idx", t + "_inflight_idx"}
 	if !small {
-		required = append(required, t+"_expiry_idx")
+		used = append(used, t+"_expiry_idx")
 	}
-	for _, name := range required {
+	for _, name := range used {
 		if !slices.Contains(plan.Indexes, name) {
 			problem("the claim does not use index %s: its cost grows with the table instead of the batch", name)
 		}
@@ -387,6 +420,47 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		}
 	}
 	return qr, nil
+}
+
+// checkMigrations fills rep's migrations from leasing.CheckSchema, the
+// check every leasing.Postgres runs before its first claim, and reports each
+// migration not applied as a problem (the indexes are checked per queue).
+func checkMigrations(ctx context.Context, pool *pgxpool.Pool, opts Options, rep *Report) error {
+	reqs, err := db.Requirements()
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	var schemaErr *leasing.SchemaError
+	err = leasing.CheckSchema(ctx, pool, opts.Queues...)
+	if err != nil && !errors.As(err, &schemaErr) {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	var missing []string
+	if schemaErr != nil {
+		missing = schemaErr.Migrations
+	}
+	rep.MigrationHistory = schemaErr == nil || !schemaErr.NoHistory
+	readable, err := gen.New().DiagnosticsRelationAccess(ctx, pool, gen.DiagnosticsRelationAccessParams{RelationName: db.VersionTable})
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	if rep.MigrationHistory && !readable.Readable {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf(
+			"this role may not read %s, so the migrations applied are unknown (only the indexes were checked): run doctor as the tables' owner", db.VersionTable))
+		return nil
+	}
+	for _, r := range reqs {
+		rep.Migrations = append(rep.Migrations, MigrationState{Name: r.Name, Applied: !slices.Contains(missing, r.Name)})
+	}
+	if !rep.MigrationHistory {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(
+			"the migration history table %s does not exist: the database was never migrated, or by a version that kept the history in goose_db_version; run leasectl migrate up (it moves an old history)", db.VersionTable))
+	} else if len(missing) > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf(
+			"migrations not applied: %s; stores of this version refuse to claim until they are (leasing.SchemaError): run leasectl migrate up",
+			strings.Join(missing, ", ")))
+	}
+	return nil
 }
 
 func checkServer(ctx context.Context, pool *pgxpool.Pool, opts Options, rep *Report) error {
@@ -511,6 +585,23 @@ func WriteText(w io.Writer, rep Report) error {
 		for _, p := range q.Warnings {
 			fmt.Fprintf(&b, "  warning: %s\n", p)
 		}
+	}
+	applied := 0
+	var missing []string
+	for _, m := range rep.Migrations {
+		if m.Applied {
+			applied++
+		} else {
+			missing = append(missing, m.Name)
+		}
+	}
+	switch {
+	case len(rep.Migrations) == 0:
+		fmt.Fprintf(&b, "migrations: unknown (the history is not readable)\n")
+	case len(missing) == 0:
+		fmt.Fprintf(&b, "migrations: all %d applied\n", applied)
+	default:
+		fmt.Fprintf(&b, "migrations: %d of %d applied; MISSING %s\n", applied, len(rep.Migrations), strings.Join(missing, ", "))
 	}
 	if rep.OldestXactPID != 0 {
 		fmt.Fprintf(&b, "oldest snapshot holding back cleanup: %s (session %d, %s)\n",

@@ -67,8 +67,9 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: doctor [flags]\n\n"+
-			"Checks indexes, the claim's plan and cost, lease and backlog health, dead rows and\n"+
-			"autovacuum, and sessions holding back VACUUM. Exit status 1 when something is wrong.\n\n")
+			"Checks migrations, indexes, the claim's plan and cost, lease and backlog health,\n"+
+			"dead rows and autovacuum, and sessions holding back VACUUM. Exit status 1 when\n"+
+			"something is wrong.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -83,5 +83,10 @@
 // Counters on Options.Meter (Int64Counter, unit {message}), named
 // litebus.<queue>.processor.<name> ([MetricName]): leases_acquired,
 // lease_lost, succeeded (inbox) or published (outbox; [SucceededCounter]),
-// failed, dead_lettered, persist_skipped, persist_rejected.
+// failed, dead_lettered, persist_skipped, persist_rejected, and parked:
+// messages a claim could not lease (a counter at its limit, a non-finite
+// time, headers that are not a JSON object) and dead-lettered instead,
+// each claim that parked any also reported to OnError as a
+// *leasing.ParkedError (see leasing.Store.Claim); its leases are worked as
+// usual.
 package processor

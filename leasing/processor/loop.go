@@ -123,17 +123,28 @@ func (r *run) claim() bool {
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, p.claimRequest)
+	parked := 0
+	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
+		// The claim dead-lettered rows it could not lease; its leases are
+		// good. The parked rows took batch slots, so more may be due.
+		p.report(p.errorf("claim", err))
+		parked = len(pe.Parked)
+		count(p.metrics.parked, parked)
+		err = nil
+	}
 	if err != nil {
 		p.report(p.errorf("claim", err))
 		// The claim may have committed before its reply was lost; its
 		// leases would then count an attempt nobody ran. Past one lease
-		// duration they have expired and been reclaimed anyway.
-		r.sweepUntil = sent.Add(p.opts.LeaseDuration)
+		// duration they have expired and been reclaimed anyway. Counted
+		// from now, not from when the claim was sent: a slow claim's
+		// leases expire one lease duration after it ran.
+		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
 		return false
 	}
 	count(p.metrics.acquired, len(leases))
 	r.waiting = append(r.waiting, r.book.track(r.base, leases, sent)...)
-	return len(leases) == p.opts.BatchSize
+	return len(leases)+parked >= p.opts.BatchSize
 }
 
 // sweepOrphans releases the rows leased to this processor's owner that it

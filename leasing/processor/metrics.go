@@ -42,6 +42,7 @@ type metrics struct {
 	deadLettered metric.Int64Counter // dead_lettered: dead_lettered outcome written
 	skipped      metric.Int64Counter // persist_skipped: outcome not written, lease lost
 	rejected     metric.Int64Counter // persist_rejected: the fence refused the write
+	parked       metric.Int64Counter // parked: rows a claim dead-lettered as unclaimable (leasing.ParkedError)
 }
 
 // newMetrics makes the counters of a processor of queue q on meter; nil
@@ -64,6 +65,7 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 		deadLettered: counter("processor.dead_lettered", "Messages written as dead_lettered."),
 		skipped:      counter("processor.persist_skipped", "Outcomes not written because the lease was lost."),
 		rejected:     counter("processor.persist_rejected", "Outcome writes the lease fence refused (lost, terminal or not found)."),
+		parked:       counter("processor.parked", "Messages a claim could not lease and dead-lettered instead (leasing.ParkedError)."),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: metrics: %w", err)

@@ -83,7 +83,9 @@ type Options struct {
 	// poll interval ends.
 	WorkSignal WorkSignal
 	// OnError, when not nil, receives the errors the processor handles by
-	// trying again later: claim, renew and outcome-write failures, and
+	// trying again later: claim, renew and outcome-write failures, claims
+	// that parked messages (a *leasing.ParkedError; the claim's leases are
+	// worked), and
 	// vacuum policy failures (leasing.ErrVacuumNotAllowed once, when the
 	// user may not VACUUM the table). It may be called from several
 	// goroutines at once and must not block.

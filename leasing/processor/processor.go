@@ -18,7 +18,8 @@ import (
 type Store interface {
 	// Queue returns the queue the store serves.
 	Queue() leasing.Queue
-	// Claim leases up to r.BatchSize due messages to r.Owner.
+	// Claim leases up to r.BatchSize due messages to r.Owner; rows it
+	// parked come back as a *leasing.ParkedError beside the leases.
 	Claim(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error)
 	// Renew extends leases still held to the store's now + leaseFor.
 	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
