@@ -237,8 +237,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error
 	if err := checkMigrations(ctx, pool, opts, &rep); err != nil {
 		return rep, err
 	}
+	behind := slices.ContainsFunc(rep.Migrations, func(m MigrationState) bool { return !m.Applied })
 	for _, q := range opts.Queues {
-		qr, err := checkQueue(ctx, pool, q, opts)
+		qr, err := checkQueue(ctx, pool, q, opts, behind)
 		if err != nil {
 			return rep, err
 		}
@@ -254,7 +255,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error
 	return rep, nil
 }
 
-func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options) (QueueReport, error) {
+func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options, schemaBehind bool) (QueueReport, error) {
 	g := gen.New()
 	t := q.Table()
 	qr := QueueReport{
@@ -349,9 +350,40 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		warn("%d dead-lettered messages wait for an operator: fix the cause, then leasectl requeue --queue %s --all", qr.DeadLettered, q)
 	}
 
+	if schemaBehind {
+		warn("the claim's plan and cost were not checked: the claim needs the migrations not applied yet")
+	} else if err := checkClaim(ctx, store, q, opts, rows, &qr, problem, warn); err != nil {
+		return qr, err
+	}
+
+	if qr.DeadTuples > opts.MaxDeadTuples {
+		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
+			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
+	}
+	for _, opt := range qr.StorageOptions {
+		if opt == "autovacuum_enabled=false" || opt == "autovacuum_enabled=off" {
+			problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
+		}
+	}
+	for _, want := range shippedOptions {
+		if !slices.Contains(qr.StorageOptions, want) {
+			warn("storage option %s of the shipped schema is not set on %s", want, t)
+		}
+	}
+	return qr, nil
+}
+
+// checkClaim explains a real claim of opts.BatchSize on store's queue
+// (rolled back), custom and generic plan, fills qr's plan fields and
+// reports, through problem and warn, a plan whose cost grows with the
+// table or the backlog. rows is the table's row count: below smallTable a
+// sequential scan or sort is the planner's right choice, only a warning.
+// It needs every migration the claim reads.
+func checkClaim(ctx context.Context, store *leasing.Postgres, q leasing.Queue, opts Options, rows int64, qr *QueueReport, problem, warn func(string, ...any)) error {
+	t := q.Table()
 	plan, err := explain.Claim(ctx, store.Pool(), q, opts.BatchSize, explain.Options{})
 	if err != nil {
-		return qr, fmt.Errorf("doctor: %w", err)
+		return fmt.Errorf("doctor: %w", err)
 	}
 	qr.ClaimPlan, qr.ClaimIndexes, qr.ClaimBatch = plan.Nodes, plan.Indexes, opts.BatchSize
 	qr.ClaimRows, qr.ClaimBuffers, qr.ClaimMs = plan.Rows, plan.Buffers, float64(plan.Duration.Microseconds())/1000
@@ -394,7 +426,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	}
 	generic, err := explain.ClaimGeneric(ctx, store.Pool(), q, opts.BatchSize, explain.Options{})
 	if err != nil {
-		return qr, fmt.Errorf("doctor: %w", err)
+		return fmt.Errorf("doctor: %w", err)
 	}
 	qr.GenericClaimBuffers, qr.GenericSeqScan, qr.GenericSortOverEligible = generic.Buffers, generic.SeqScan, generic.SortOverEligible
 	if !small && (generic.SeqScan || generic.SortOverEligible) {
@@ -404,22 +436,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		reason := "the table or its indexes carry dead entries at the FIFO head (see dead tuples and last autovacuum), or many due rows are locked by running claims"
 		problem("a claim of %d touched %d shared buffers, more than %d: %s", opts.BatchSize, plan.Buffers, opts.MaxClaimBuffers, reason)
 	}
-
-	if qr.DeadTuples > opts.MaxDeadTuples {
-		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
-			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
-	}
-	for _, opt := range qr.StorageOptions {
-		if opt == "autovacuum_enabled=false" || opt == "autovacuum_enabled=off" {
-			problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
-		}
-	}
-	for _, want := range shippedOptions {
-		if !slices.Contains(qr.StorageOptions, want) {
-			warn("storage option %s of the shipped schema is not set on %s", want, t)
-		}
-	}
-	return qr, nil
+	return nil
 }
 
 // checkMigrations fills rep's migrations from leasing.CheckSchema, the
