@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -85,6 +86,18 @@ func TestSchemaCheck(t *testing.T) {
 			require.Equal(t, "00005_lease_expiry_idx", se.Migrations[0])
 			_, _, err = store.CompleteAndClaim(ctx, nil, req)
 			schemaErr(t, err)
+			// Operator calls and reads that need the new columns or indexes
+			// are refused the same way, before they send anything.
+			_, err = store.List(ctx, time.Time{}, uuid.Nil, 1)
+			schemaErr(t, err)
+			_, err = store.Purge(ctx, leasing.PurgeRequest{OlderThan: time.Hour, BatchSize: 10})
+			schemaErr(t, err)
+			_, err = store.RequeueAll(ctx)
+			schemaErr(t, err)
+			_, err = store.DeadLetterByID(ctx, leasing.DeadLetterByIDRequest{ID: uuid.New(), Reason: "r"})
+			schemaErr(t, err)
+			_, err = store.Stats(ctx)
+			require.NoError(t, err, "Stats works on an older schema")
 			var pending int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+q.Table()+" WHERE status = 'pending'").Scan(&pending))
 			require.Equal(t, 1, pending, "the refused claim ran nothing")

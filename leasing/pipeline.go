@@ -27,8 +27,7 @@ import (
 
 // pipeline runs steps, each one generated statement on the gen.DBTX it is
 // given, in one round trip and one implicit transaction on s's pool, after
-// UseReadCommitted and UseGenericPlansAndLockTimeout, once the store's
-// schema check has passed (schemaReady): pgx prepares each
+// UseReadCommitted and UseGenericPlansAndLockTimeout: pgx prepares each
 // statement once per connection, and the generic plan is then reused (the
 // claim's and the fenced writes' generic plans are their custom index
 // plans; integration/plan_test.go checks both). Planning the claim for
@@ -38,13 +37,10 @@ import (
 // client (context ended, connection lost, decode error), the batch may have
 // committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
-	if err := s.schemaReady(ctx); err != nil {
-		return err
-	}
 	settings := func(db gen.DBTX) error {
 		return gen.New().UseGenericPlansAndLockTimeout(ctx, db, gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
-	return s.send(ctx, settings, steps)
+	return s.send(ctx, true, settings, steps)
 }
 
 // pipelineSessionPlans is pipeline for the statements whose plans are left
@@ -52,10 +48,22 @@ func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) 
 // whose best plan may depend on their parameter values. It sends
 // UseReadCommitted and UseLockTimeout before steps.
 func (s *Postgres) pipelineSessionPlans(ctx context.Context, steps ...func(gen.DBTX) error) error {
-	settings := func(db gen.DBTX) error {
+	return s.send(ctx, true, s.lockTimeoutStep(ctx), steps)
+}
+
+// pipelineAnySchema is pipelineSessionPlans without the schema check, for
+// the statements that work on a schema older than the code's: Enqueue
+// (producers keep enqueuing while processors wait for a migration, as
+// EnqueueTx does), Stats and the vacuum policy's VacuumState.
+func (s *Postgres) pipelineAnySchema(ctx context.Context, steps ...func(gen.DBTX) error) error {
+	return s.send(ctx, false, s.lockTimeoutStep(ctx), steps)
+}
+
+// lockTimeoutStep returns the UseLockTimeout step of s's lock timeout.
+func (s *Postgres) lockTimeoutStep(ctx context.Context) func(gen.DBTX) error {
+	return func(db gen.DBTX) error {
 		return gen.New().UseLockTimeout(ctx, db, gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
-	return s.send(ctx, settings, steps)
 }
 
 // deadlockRetries is how many times send sends a batch again after the
@@ -70,10 +78,16 @@ func (s *Postgres) pipelineSessionPlans(ctx context.Context, steps ...func(gen.D
 const deadlockRetries = 3
 
 // send runs UseReadCommitted, settings and steps in one batch (see
-// pipeline), again up to deadlockRetries times while the server reports a
+// pipeline), once the store's schema check has passed (schemaReady) when
+// checkSchema, again up to deadlockRetries times while the server reports a
 // deadlock. The error passes through mapErr, so a lock timeout is
 // ErrLockTimeout whichever statement hit it.
-func (s *Postgres) send(ctx context.Context, settings func(gen.DBTX) error, steps []func(gen.DBTX) error) error {
+func (s *Postgres) send(ctx context.Context, checkSchema bool, settings func(gen.DBTX) error, steps []func(gen.DBTX) error) error {
+	if checkSchema {
+		if err := s.schemaReady(ctx); err != nil {
+			return err
+		}
+	}
 	for retry := 0; ; retry++ {
 		err := s.sendOnce(ctx, settings, steps)
 		var pgErr *pgconn.PgError

@@ -49,8 +49,8 @@ type PostgresOptions struct {
 	// use the exec query mode.
 	LockTimeout time.Duration
 
-	// SkipSchemaCheck turns off the check that the first claim or fenced
-	// write runs (see Postgres.CheckSchema), for tools that must work on a
+	// SkipSchemaCheck turns off the check that the store's first call
+	// runs (see Postgres.CheckSchema), for tools that must work on a
 	// database whose schema is behind, such as leasectl doctor.
 	SkipSchemaCheck bool
 }
@@ -114,11 +114,12 @@ type Postgres struct {
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns the store for queue q over pool. The schema must be
-// migrated (db.MigrateUp). NewPostgres sends nothing: the first claim or
-// fenced write (any call that goes through the pipeline: Claim,
-// CompleteAndClaim, Renew, Release, Complete, Fail, DeadLetter) first runs
-// CheckSchema, and fails with its *SchemaError, without running, while the
-// schema is behind; call CheckSchema at startup to learn it sooner.
+// migrated (db.MigrateUp). NewPostgres sends nothing: the first call that
+// needs this version's schema (every method but Enqueue, EnqueueTx,
+// EnqueueCopy, Stats and VacuumIfDead, which work on an older one) first
+// runs CheckSchema, and fails with its *SchemaError, without running,
+// while the schema is behind; call CheckSchema at startup to learn it
+// sooner.
 //
 // The pool may use any pgx query exec mode, and may go through a
 // transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy): no call relies
@@ -151,7 +152,7 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 // runs on a newer schema, and newer code fails clearly on an older one.
 // Once a check passed, the store does not check again (leasectl doctor
 // reports an index lost later); a failed check is repeated by the next
-// claim or fenced write, so the store recovers once the migration ran.
+// call, so the store recovers once the migration ran.
 //
 // Errors: a *SchemaError (errors.Is ErrSchema) naming the migrations not
 // applied and the indexes missing or invalid; else the driver error.
@@ -240,7 +241,7 @@ func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (E
 	if tx != nil {
 		inserted, err = s.sql.enqueue(ctx, tx, now, msgs)
 	} else {
-		err = s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { inserted, err = s.sql.enqueue(ctx, db, now, msgs); return err })
+		err = s.pipelineAnySchema(ctx, func(db gen.DBTX) (err error) { inserted, err = s.sql.enqueue(ctx, db, now, msgs); return err })
 	}
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w", s.queue, err)
@@ -498,7 +499,7 @@ func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
 		counts map[Status]int64
 		health leaseHealth
 	)
-	err := s.pipelineSessionPlans(ctx,
+	err := s.pipelineAnySchema(ctx,
 		func(db gen.DBTX) (err error) { counts, err = s.sql.countByStatus(ctx, db); return err },
 		func(db gen.DBTX) (err error) { health, err = s.sql.leaseHealth(ctx, db, now); return err },
 	)
