@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/gen"
 )
@@ -61,6 +64,15 @@ func (e *SchemaError) Error() string {
 // Is reports whether target is ErrSchema.
 func (e *SchemaError) Is(target error) bool { return target == ErrSchema }
 
+// Querier is what CheckSchema reads through: a *pgxpool.Pool, a *pgx.Conn
+// or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error)
+}
+
 // CheckSchema checks that the database on dbtx holds what the code needs
 // for queues qs (both when none are given): every migration of
 // db.Requirements applied, as db.VersionTable records it, and every index
@@ -71,7 +83,7 @@ func (e *SchemaError) Is(target error) bool { return target == ErrSchema }
 //
 // Errors: a *SchemaError (errors.Is ErrSchema) naming what is missing; an
 // *ArgumentError for an unknown queue; else the driver error.
-func CheckSchema(ctx context.Context, dbtx gen.DBTX, qs ...Queue) error {
+func CheckSchema(ctx context.Context, dbtx Querier, qs ...Queue) error {
 	if len(qs) == 0 {
 		qs = []Queue{Inbox, Outbox}
 	}
