@@ -445,6 +445,39 @@ func TestClaim(t *testing.T) {
 	require.Equal(t, int64(1), st["inbox"].Depth["pending"])
 }
 
+// TestClaimPrintsLeasesBesideParkedRows: a claim that parks a row it
+// cannot lease (headers that are not a JSON object, written by hand)
+// still prints the leases it took, exits 0, and names the parked row.
+func TestClaimPrintsLeasesBesideParkedRows(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	requireOK(t, "enqueue", "--queue", "inbox", "--count", "3", "--database-url", url)
+	store := storeFor(t, url, leasing.Inbox)
+	rows, err := store.List(t.Context(), time.Time{}, uuid.Nil, 3)
+	require.NoError(t, err)
+	bad := rows[0].ID
+	_, err = store.Pool().Exec(t.Context(), "UPDATE inbox_messages SET headers = '[1]' WHERE message_id = $1", bad)
+	require.NoError(t, err)
+
+	r := leasectl(t, "claim", "--queue", "inbox", "--owner", "ops", "--batch", "10", "--json", "--database-url", url)
+	require.Equal(t, 0, r.code, r.stderr)
+	var claimed struct {
+		Leases []struct {
+			MessageID uuid.UUID `json:"message_id"`
+		} `json:"leases"`
+		Parked []struct {
+			MessageID uuid.UUID `json:"message_id"`
+			Reason    string    `json:"reason"`
+		} `json:"parked"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &claimed))
+	require.Len(t, claimed.Leases, 2)
+	require.Len(t, claimed.Parked, 1)
+	require.Equal(t, bad, claimed.Parked[0].MessageID)
+	require.Contains(t, claimed.Parked[0].Reason, "not an object")
+	require.Contains(t, r.stderr, "parked inbox message "+bad.String())
+}
+
 // TestRequeue checks that only dead-lettered messages are requeued and the counts printed.
 func TestRequeue(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -111,6 +112,12 @@ type leaseJSON struct {
 	Topic      string    `json:"topic,omitempty"`
 }
 
+// parkedJSON is one row a claim parked, in claim --json output.
+type parkedJSON struct {
+	MessageID uuid.UUID `json:"message_id"`
+	Reason    string    `json:"reason"`
+}
+
 // runClaim is "leasectl claim".
 func runClaim(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("claim", "--queue inbox|outbox --owner O [--batch N] [--lease D] [flags]\n\n"+
@@ -141,8 +148,18 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	leases, err := store.Claim(ctx, req)
+	// Rows the claim parked (dead-lettered as unclaimable) come with the
+	// leases it took: print both, or the operator never sees those leases.
+	var parkedErr *leasing.ParkedError
+	parked := []leasing.ParkedRow{}
+	if errors.As(err, &parkedErr) {
+		parked, err = parkedErr.Parked, nil
+	}
 	if err != nil {
 		return c.storeError(err)
+	}
+	for _, p := range parked {
+		fmt.Fprintf(c.stderr, "leasectl claim: parked %s message %s as dead_lettered: %s\n", q, p.ID, p.Reason)
 	}
 
 	note := ""
@@ -157,7 +174,11 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 			Owner        string        `json:"owner"`
 			LeaseSeconds float64       `json:"lease_seconds"`
 			Leases       []leaseJSON   `json:"leases"`
-		}{q, *owner, lease.Seconds(), make([]leaseJSON, len(leases))}
+			Parked       []parkedJSON  `json:"parked"`
+		}{q, *owner, lease.Seconds(), make([]leaseJSON, len(leases)), make([]parkedJSON, len(parked))}
+		for i, p := range parked {
+			out.Parked[i] = parkedJSON{MessageID: p.ID, Reason: p.Reason}
+		}
 		for i, l := range leases {
 			out.Leases[i] = leaseJSON{
 				MessageID: l.Message.ID, Owner: l.Owner, Generation: l.Generation, Attempt: l.Attempt,
