@@ -60,6 +60,13 @@ var ErrDuplicate = errors.New("leasing: duplicate message id")
 // changed anything: nothing changed, so the call may be retried as it was,
 // after a pause. The error also wraps the server's *pgconn.PgError (SQLSTATE
 // 55P03, lock_not_available). Memory never returns it.
+//
+// In pgx's cache_statement (its default) and cache_describe query modes,
+// pgx prepares a statement new to the connection, and again after a failed
+// call, before the call's transaction starts; that step waits for a locked
+// table under the session's lock_timeout only, and without one the call
+// waits as long as its context allows instead. Set lock_timeout on the
+// pool's sessions too, or use the exec mode (PostgresOptions.LockTimeout).
 var ErrLockTimeout = errors.New("leasing: lock timeout")
 
 // ErrParked is matched (errors.Is) by every *ParkedError.

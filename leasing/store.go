@@ -84,8 +84,9 @@ type Store interface {
 	DeadLetter(ctx context.Context, failures ...Failure) (WriteResult, error)
 
 	// Requeue moves the given dead-lettered messages back to pending, due at
-	// once, with attempts, lease owner and last error cleared; other ids are
-	// left alone. Requeue with no ids is an argument error: use RequeueAll.
+	// once, with the attempt count 0 and lease owner and last error cleared
+	// (Row.Attempts, the history, is kept, with a requeued entry); other ids
+	// are left alone. Requeue with no ids is an argument error: use RequeueAll.
 	Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error)
 
 	// RequeueAll does Requeue for every message of the queue dead-lettered

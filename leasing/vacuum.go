@@ -46,7 +46,7 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 		return Vacuum{}, err
 	}
 	var st gen.VacuumStateRow
-	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) {
+	err := s.pipelineAnySchema(ctx, func(db gen.DBTX) (err error) {
 		st, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.Table()})
 		return err
 	})

@@ -16,8 +16,9 @@ import (
 // runRequeue is "leasectl requeue".
 func runRequeue(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("requeue", "--queue inbox|outbox (--id ID ... | --all) [--json]\n\n"+
-		"Moves dead-lettered messages back to pending, due at once, with attempts, lease\n"+
-		"and last error cleared. Messages in any other state are left alone.")
+		"Moves dead-lettered messages back to pending, due at once, with the attempt count\n"+
+		"0 and lease and last error cleared; the attempt history is kept. Messages in any\n"+
+		"other state are left alone.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	var ids []uuid.UUID
 	fs.Func("id", "message `ID` to requeue; repeat for more, up to "+fmt.Sprint(leasing.MaxBatchSize), func(s string) error {
