@@ -89,4 +89,33 @@
 // each claim that parked any also reported to OnError as a
 // *leasing.ParkedError (see leasing.Store.Claim); its leases are worked as
 // usual.
+//
+// # Histograms
+//
+// Histograms on Options.Meter (Float64Histogram, unit s), named
+// litebus.<queue>.processor.<name>, each with explicit bucket boundaries
+// (a MeterProvider view may replace them):
+//
+//   - handler_duration: one handler call, from its start on a worker to its
+//     return (also when HandlerTimeout wrote the attempt earlier), attribute
+//     outcome = success (nil) or error (an error or a panic); a message
+//     dead-lettered with ErrAttemptsExhausted runs no handler and records
+//     none. Buckets 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+//     1, 2.5, 5, 10, 30, 60, 120, 300: an in-memory update to work near and
+//     past the 1-minute DefaultHandlerTimeout.
+//   - queue_lag: per claimed lease, from the moment the message became due
+//     (leasing.Lease.DueAt: the later of its creation and its visible_after,
+//     or the expiry of the lease a reclaim took over) to the claim, both on
+//     the store's clock. Buckets 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+//     0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600: a woken processor claims
+//     within milliseconds, a polling one within PollInterval (1 second by
+//     default); beyond that, a backlog.
+//   - claim_duration: one Claim call, as the processor timed it (failed
+//     calls included). write_duration: one outcome-write call (each try),
+//     attribute operation = release, complete, fail or dead_letter. Buckets
+//     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+//     2.5, 5, 10, 30: a round trip and a commit take under a millisecond
+//     locally and a few across a network; seconds mean lock waits (up to
+//     leasing.DefaultLockTimeout, 5 seconds) or a call cut off at
+//     LeaseDuration.
 package processor

@@ -123,6 +123,7 @@ func (r *run) claim() bool {
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, p.claimRequest)
+	p.metrics.observeClaim(time.Since(sent), leases, p.claimRequest.LeaseFor)
 	parked := 0
 	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
 		// The claim dead-lettered rows it could not lease; its leases are
@@ -201,6 +202,7 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 		// hung): do not run it again, dead-letter it.
 		return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, policy.MaxAttempts)
 	}
+	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, debug.Stack())

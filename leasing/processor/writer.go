@@ -175,7 +175,7 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 			return p.store.DeadLetter(ctx, failures...)
 		}
 	}
-	res, err := w.persist(call)
+	res, err := w.persist(p.metrics.timedWrite(kind, call))
 	w.book.untrack(g, err != nil)
 	if err != nil {
 		p.report(p.errorf(fmt.Sprintf("gave up writing %d outcomes", len(g)), err))
