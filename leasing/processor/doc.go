@@ -118,4 +118,30 @@
 //     locally and a few across a network; seconds mean lock waits (up to
 //     leasing.DefaultLockTimeout, 5 seconds) or a call cut off at
 //     LeaseDuration.
+//
+// # Logging
+//
+// Options.Logger and ListenerOptions.Logger take a *slog.Logger; nil (the
+// default) logs nothing. Records carry queue and owner (a listener's,
+// queue and channel), and where they concern one lease message_id,
+// attempt and generation; error holds the error, or the error text
+// written with an outcome ([LogKeyQueue] and the other LogKey constants).
+// A message that succeeds logs nothing at info or above. The events:
+//
+//   - warn: "claim failed", "message parked by the claim" (error holds
+//     the reason), "orphan sweep failed", "renew failed", "lease lost",
+//     "handler timed out" (timeout), "outcome write failed; retrying"
+//     (try), "outcome not written: the lease fence refused it" (operation,
+//     outcome), "message dead-lettered", "vacuum failed", "vacuum not
+//     allowed; the table is left to autovacuum", "listener connection
+//     lost; reconnecting" (backoff);
+//   - error: "handler panicked" (stack), "gave up writing outcomes"
+//     (operation, count, message_ids), "listener stopped: notifications do
+//     not arrive";
+//   - info: "listener connected" (backend_pid), after every LISTEN that
+//     delivers, so also after each reconnect;
+//   - debug: "attempt failed; retry scheduled" (retry_after), "vacuum ran"
+//     (dead_rows, duration).
+//
+// Errors go to OnError as well, as before.
 package processor

@@ -128,13 +128,13 @@ func (r *run) claim() bool {
 	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
 		// The claim dead-lettered rows it could not lease; its leases are
 		// good. The parked rows took batch slots, so more may be due.
-		p.report(p.errorf("claim", err))
+		p.claimParked(pe)
 		parked = len(pe.Parked)
 		count(p.metrics.parked, parked)
 		err = nil
 	}
 	if err != nil {
-		p.report(p.errorf("claim", err))
+		p.claimFailed(err)
 		// The claim may have committed before its reply was lost; its
 		// leases would then count an attempt nobody ran. Past one lease
 		// duration they have expired and been reclaimed anyway. Counted
@@ -159,7 +159,7 @@ func (r *run) sweepOrphans() bool {
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	if _, err := p.store.ReleaseOrphans(ctx, p.claimRequest.Owner, known); err != nil {
-		p.report(p.errorf("release orphans", err))
+		p.sweepFailed(err)
 		return false
 	}
 	return true
@@ -205,7 +205,9 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, debug.Stack())
+			stack := debug.Stack()
+			r.p.handlerPanicked(lease, v, stack)
+			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, stack)
 		}
 	}()
 	return r.p.handler(ctx, lease)
@@ -245,6 +247,7 @@ func (r *run) timeOut(h *heldLease) {
 	if !ok {
 		return
 	}
+	r.p.handlerTimedOut(lease)
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	h.cancel(err)
 	r.w.submit(r.outcome(h, lease, err))
