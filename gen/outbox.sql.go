@@ -45,13 +45,15 @@ func (q *Queries) DiagnosticsOutboxOverdue(ctx context.Context, db DBTX, arg Dia
 const outboxClaim = `-- name: OutboxClaim :many
 WITH ready AS (
     -- Index order over outbox_messages_ready_idx; visible_after is an index condition.
+    -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           greatest(m.created_at, m.visible_after) AS due_at
     FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
@@ -61,13 +63,15 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_inflight_idx; lease_expires_at is an index condition.
+    -- due_at: a reclaimed row became due when its lease expired.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           m.lease_expires_at AS due_at
     FROM outbox_messages AS m
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
@@ -85,8 +89,8 @@ WITH ready AS (
     LIMIT $2::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id, due.unclaimable
-    FROM (SELECT message_id, created_at, unclaimable FROM ready UNION ALL SELECT message_id, created_at, unclaimable FROM expired) AS due
+    SELECT due.message_id, due.unclaimable, due.due_at
+    FROM (SELECT message_id, created_at, unclaimable, due_at FROM ready UNION ALL SELECT message_id, created_at, unclaimable, due_at FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT $2::integer
 ), parked AS (
@@ -123,20 +127,22 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
+       due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
-       0, 0, NULL, last_error
+       0, 0, NULL, last_error,
+       coalesce($1::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id
 `
@@ -164,6 +170,7 @@ type OutboxClaimRow struct {
 	AttemptCount    int32
 	LastError       *string
 	ParkedReason    *string
+	DueAt           time.Time
 }
 
 // OutboxClaim leases up to batch_size due outbox messages to lease_owner for
@@ -172,7 +179,9 @@ type OutboxClaimRow struct {
 // with lease_expires_at = now + lease_for, lease_generation + 1 and
 // attempt_count + 1. OutboxClaimTenant claims one tenant's rows.
 // Rows locked by concurrent claims are skipped. Returns the claimed rows in
-// FIFO order, (created_at, message_id). A picked row that cannot be claimed
+// FIFO order, (created_at, message_id), each with due_at: when it became
+// due, greatest(created_at, visible_after) for a pending or failed row and
+// the expired lease's end for a reclaimed one. A picked row that cannot be claimed
 // (a counter at its type's limit, a non-finite time, headers that are not a
 // JSON object) is parked instead: dead-lettered with the reason as
 // last_error, and returned with parked_reason set; parked_reason is NULL
@@ -210,6 +219,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 			&i.AttemptCount,
 			&i.LastError,
 			&i.ParkedReason,
+			&i.DueAt,
 		); err != nil {
 			return nil, err
 		}
@@ -224,13 +234,15 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 const outboxClaimTenant = `-- name: OutboxClaimTenant :many
 WITH ready AS (
     -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
+    -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           greatest(m.created_at, m.visible_after) AS due_at
     FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
@@ -241,13 +253,15 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
+    -- due_at: a reclaimed row became due when its lease expired.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           m.lease_expires_at AS due_at
     FROM outbox_messages AS m
     WHERE status = 'publishing'
       AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
@@ -266,8 +280,8 @@ WITH ready AS (
     LIMIT $3::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id, due.unclaimable
-    FROM (SELECT message_id, created_at, unclaimable FROM ready UNION ALL SELECT message_id, created_at, unclaimable FROM expired) AS due
+    SELECT due.message_id, due.unclaimable, due.due_at
+    FROM (SELECT message_id, created_at, unclaimable, due_at FROM ready UNION ALL SELECT message_id, created_at, unclaimable, due_at FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT $3::integer
 ), parked AS (
@@ -304,20 +318,22 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
+       due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
-       0, 0, NULL, last_error
+       0, 0, NULL, last_error,
+       coalesce($1::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id
 `
@@ -346,6 +362,7 @@ type OutboxClaimTenantRow struct {
 	AttemptCount    int32
 	LastError       *string
 	ParkedReason    *string
+	DueAt           time.Time
 }
 
 // OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
@@ -384,6 +401,7 @@ func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClai
 			&i.AttemptCount,
 			&i.LastError,
 			&i.ParkedReason,
+			&i.DueAt,
 		); err != nil {
 			return nil, err
 		}

@@ -94,6 +94,88 @@ func testE2EMetrics(t *testing.T, q leasing.Queue) {
 	})
 }
 
+// testE2EHistograms: the processor histograms through the SDK's manual
+// reader. The store's clock is pinned, so the queue lag is exact: due to
+// claim on the database's statement clock.
+func testE2EHistograms(t *testing.T, q leasing.Queue) {
+	t.Run("MetricsHistograms", func(t *testing.T) {
+		t.Parallel()
+		b := e2eSetup(t, q)
+		// A lease taken by a worker that crashed expires 30s after the
+		// start; two rows are due from the start. The processor claims all
+		// three 35s after the start: lags 5s, 35s and 35s.
+		crashed := b.enqueue(t, leasing.NewMessage{Type: "ok"})[0]
+		require.Len(t, b.rawClaim(t, "crashed", 1), 1)
+		ids := b.enqueue(t, leasing.NewMessage{Type: "ok"}, leasing.NewMessage{Type: "fail"})
+		b.clock.Advance(35 * time.Second)
+
+		const sleep = 20 * time.Millisecond
+		p := b.start(t, "a", func(_ context.Context, m leasing.Message) error {
+			time.Sleep(sleep)
+			if m.Type == "fail" {
+				return fmt.Errorf("no")
+			}
+			return nil
+		}, processor.Options{})
+		b.waitStatus(t, crashed, q.Succeeded())
+		b.waitStatus(t, ids[0], q.Succeeded())
+		b.waitStatus(t, ids[1], leasing.StatusFailed)
+		require.NoError(t, p.stop(t))
+
+		hists := map[string]metricdata.Histogram[float64]{}
+		for _, sm := range p.collect(t).ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+					require.Equal(t, "s", m.Unit, m.Name)
+					hists[m.Name] = h
+				}
+			}
+		}
+		name := func(n string) string { return processor.MetricName(q, "processor."+n) }
+		require.Len(t, hists, 4, "handler_duration, queue_lag, claim_duration, write_duration")
+
+		handler := hists[name("handler_duration")]
+		outcomes := map[string]uint64{}
+		for _, dp := range handler.DataPoints {
+			v, ok := dp.Attributes.Value("outcome")
+			require.True(t, ok)
+			outcomes[v.AsString()] += dp.Count
+			mn, ok := dp.Min.Value()
+			require.True(t, ok)
+			require.GreaterOrEqual(t, mn, sleep.Seconds(), "a handler call lasts at least its sleep")
+			require.Equal(t, []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}, dp.Bounds)
+		}
+		require.Equal(t, map[string]uint64{"success": 2, "error": 1}, outcomes)
+
+		lag := hists[name("queue_lag")]
+		require.Len(t, lag.DataPoints, 1)
+		dp := lag.DataPoints[0]
+		require.Equal(t, uint64(3), dp.Count)
+		require.InDelta(t, 75.0, dp.Sum, 1e-9, "5s + 35s + 35s")
+		mn, _ := dp.Min.Value()
+		mx, _ := dp.Max.Value()
+		require.InDelta(t, 5.0, mn, 1e-9, "the reclaim is due from its lease's expiry")
+		require.InDelta(t, 35.0, mx, 1e-9)
+
+		claims := hists[name("claim_duration")]
+		require.Len(t, claims.DataPoints, 1)
+		require.GreaterOrEqual(t, claims.DataPoints[0].Count, uint64(1))
+		mn, _ = claims.DataPoints[0].Min.Value()
+		require.Greater(t, mn, 0.0, "a round trip to PostgreSQL takes time")
+
+		ops := map[string]uint64{}
+		for _, dp := range hists[name("write_duration")].DataPoints {
+			v, ok := dp.Attributes.Value("operation")
+			require.True(t, ok)
+			ops[v.AsString()] += dp.Count
+			mn, _ := dp.Min.Value()
+			require.Greater(t, mn, 0.0)
+		}
+		require.GreaterOrEqual(t, ops["complete"], uint64(1), "the two successes, in one or two calls")
+		require.Equal(t, uint64(1), ops["fail"])
+	})
+}
+
 // e2eGauges returns the queue gauges of queue q that RegisterQueueGauges
 // feeds: depth by status, expired leases.
 func e2eGauges(t *testing.T, rm metricdata.ResourceMetrics, q leasing.Queue) (map[leasing.Status]int64, int64) {

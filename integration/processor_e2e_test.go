@@ -50,5 +50,6 @@ func testProcessorEndToEnd(t *testing.T, q leasing.Queue) {
 	testE2EShutdown(t, q)
 	testE2EDisjointClaims(t, q)
 	testE2EMetrics(t, q)
+	testE2EHistograms(t, q)
 	testE2ETenantScoping(t, q)
 }

@@ -150,6 +150,25 @@ func (m *Memory) due(r *Row, now time.Time, leaseFor time.Duration) bool {
 	return false
 }
 
+// dueAt returns when r, which due reported due, became due: the instant
+// from which due holds (Lease.DueAt). The caller holds m.mu.
+func (m *Memory) dueAt(r *Row, leaseFor time.Duration) time.Time {
+	if r.Status != m.queue.InFlight() {
+		if r.VisibleAfter.After(r.CreatedAt) {
+			return r.VisibleAfter
+		}
+		return r.CreatedAt
+	}
+	if r.LeaseExpiresAt != nil {
+		return *r.LeaseExpiresAt
+	}
+	since := r.CreatedAt
+	if r.LastAttemptedAt != nil {
+		since = *r.LastAttemptedAt
+	}
+	return since.Add(leaseFor)
+}
+
 // ordered returns the rows that keep returns true for, in claim order.
 func (m *Memory) ordered(keep func(*Row) bool) []*Row {
 	var out []*Row
@@ -194,6 +213,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 			parked = append(parked, ParkedRow{ID: r.ID, Reason: r.LastError})
 			continue
 		}
+		dueAt := m.dueAt(r, leaseFor)
 		if r.Status == m.queue.InFlight() {
 			// A reclaim: the expired attempt's entry, as the SQL claim writes it.
 			finished := now
@@ -213,7 +233,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 		r.LastAttemptedAt = &attempted
 		leases = append(leases, Lease{
 			Queue: m.queue, Owner: req.Owner, Generation: r.LeaseGeneration, ExpiresAt: expires,
-			Attempt: r.AttemptCount, LastError: r.LastError, Message: r.Message,
+			Attempt: r.AttemptCount, LastError: r.LastError, DueAt: dueAt, Message: r.Message,
 		})
 	}
 	slices.SortFunc(parked, func(a, b ParkedRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })

@@ -132,6 +132,15 @@ type Lease struct {
 	Attempt int
 	// LastError is the error text the previous attempt recorded, if any.
 	LastError string
+	// DueAt is the store time from which the claim that took this lease
+	// could have taken the row: the later of Message.CreatedAt and
+	// Message.VisibleAfter for a pending or failed row, the expired lease's
+	// end for a reclaimed one (for a legacy in-flight row without an
+	// expiry, its last claim or creation plus the claim's lease duration).
+	// ExpiresAt - the claim's lease duration - DueAt is how long the
+	// message waited for a claim (the processor's queue lag). Set by
+	// Claim and CompleteAndClaim; writes ignore it.
+	DueAt time.Time
 	// Message is the row's content.
 	Message Message
 }

@@ -215,6 +215,7 @@ func inboxLease(r gen.InboxClaimRow) Lease {
 		ExpiresAt:  r.LeaseExpiresAt.UTC(),
 		Attempt:    int(r.AttemptCount),
 		LastError:  deref(r.LastError),
+		DueAt:      r.DueAt.UTC(),
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
@@ -459,6 +460,7 @@ func outboxLease(r gen.OutboxClaimRow) Lease {
 		ExpiresAt:  r.LeaseExpiresAt.UTC(),
 		Attempt:    int(r.AttemptCount),
 		LastError:  deref(r.LastError),
+		DueAt:      r.DueAt.UTC(),
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,

@@ -26,7 +26,9 @@ SELECT (EXISTS (SELECT 1
 -- with lease_expires_at = now + lease_for, lease_generation + 1 and
 -- attempt_count + 1. InboxClaimTenant claims one tenant's rows.
 -- Rows locked by concurrent claims are skipped. Returns the claimed rows in
--- FIFO order, (created_at, message_id). A picked row that cannot be claimed
+-- FIFO order, (created_at, message_id), each with due_at: when it became
+-- due, greatest(created_at, visible_after) for a pending or failed row and
+-- the expired lease's end for a reclaimed one. A picked row that cannot be claimed
 -- (a counter at its type's limit, a non-finite time, headers that are not a
 -- JSON object) is parked instead: dead-lettered with the reason as
 -- last_error, and returned with parked_reason set; parked_reason is NULL
@@ -34,13 +36,15 @@ SELECT (EXISTS (SELECT 1
 -- name: InboxClaim :many
 WITH ready AS (
     -- Index order over inbox_messages_ready_idx; visible_after is an index condition.
+    -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           greatest(m.created_at, m.visible_after) AS due_at
     FROM inbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
@@ -50,13 +54,15 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over inbox_messages_inflight_idx; lease_expires_at is an index condition.
+    -- due_at: a reclaimed row became due when its lease expired.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           m.lease_expires_at AS due_at
     FROM inbox_messages AS m
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
@@ -74,7 +80,7 @@ WITH ready AS (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id, due.unclaimable
+    SELECT due.message_id, due.unclaimable, due.due_at
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT @batch_size::integer
@@ -112,13 +118,14 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.*
+    RETURNING m.*, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
+       due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
 -- A parked row: message_id, and its last_error as parked_reason; the other
@@ -128,7 +135,8 @@ SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-       0, 0, NULL, last_error
+       0, 0, NULL, last_error,
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id;
 
@@ -137,13 +145,15 @@ ORDER BY created_at, message_id;
 -- name: InboxClaimTenant :many
 WITH ready AS (
     -- Index order over inbox_messages_tenant_ready_idx; visible_after is an index condition.
+    -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           greatest(m.created_at, m.visible_after) AS due_at
     FROM inbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
@@ -154,13 +164,15 @@ WITH ready AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over inbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
+    -- due_at: a reclaimed row became due when its lease expired.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
            WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
            WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
            WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
-       END AS unclaimable
+       END AS unclaimable,
+           m.lease_expires_at AS due_at
     FROM inbox_messages AS m
     WHERE status = 'processing'
       AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
@@ -179,7 +191,7 @@ WITH ready AS (
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT due.message_id, due.unclaimable
+    SELECT due.message_id, due.unclaimable, due.due_at
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS due
     ORDER BY due.created_at, due.message_id
     LIMIT @batch_size::integer
@@ -217,13 +229,14 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.*
+    RETURNING m.*, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
-       lease_generation, attempt_count, last_error, NULL::text AS parked_reason
+       lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
+       due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
 -- A parked row: message_id, and its last_error as parked_reason; the other
@@ -233,7 +246,8 @@ SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-       0, 0, NULL, last_error
+       0, 0, NULL, last_error,
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id;
 

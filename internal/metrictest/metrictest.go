@@ -5,9 +5,9 @@
 // integration module read the same instruments through the SDK's manual
 // reader.
 //
-// A Provider records Int64Counter additions and observes the observable
-// gauges registered with Meter.RegisterCallback; every other instrument is
-// a no-op.
+// A Provider records Int64Counter additions and Float64Histogram records,
+// and observes the observable gauges registered with
+// Meter.RegisterCallback; every other instrument is a no-op.
 package metrictest
 
 import (
@@ -27,12 +27,17 @@ type Provider struct {
 
 	mu        sync.Mutex
 	sums      map[string]int64
+	records   map[string][]Point
+	units     map[string]string
+	buckets   map[string][]float64
 	callbacks map[*registration]metric.Callback
 }
 
 // NewProvider returns an empty Provider.
 func NewProvider() *Provider {
-	return &Provider{sums: map[string]int64{}, callbacks: map[*registration]metric.Callback{}}
+	return &Provider{
+		sums: map[string]int64{}, records: map[string][]Point{}, units: map[string]string{}, buckets: map[string][]float64{},
+		callbacks: map[*registration]metric.Callback{}}
 }
 
 // Meter returns a meter that records into p; the name and options are
@@ -49,7 +54,24 @@ func (p *Provider) Sum(name string) int64 {
 	return p.sums[name]
 }
 
-// Point is one observation of a gauge.
+// Records returns the values recorded on the Float64Histograms named
+// name, in record order, with their attributes; nil when there was none.
+func (p *Provider) Records(name string) []Point {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Point(nil), p.records[name]...)
+}
+
+// Histogram returns the unit and the explicit bucket boundaries the
+// Float64Histogram named name was last made with, and whether one was.
+func (p *Provider) Histogram(name string) (unit string, buckets []float64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	unit, ok = p.units[name]
+	return unit, append([]float64(nil), p.buckets[name]...), ok
+}
+
+// Point is one observation of a gauge or one histogram record.
 type Point struct {
 	// Attributes are the observation's attributes.
 	Attributes attribute.Set
@@ -95,6 +117,15 @@ func (m meter) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric
 	return int64Counter{p: m.p, name: name}, nil
 }
 
+func (m meter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	cfg := metric.NewFloat64HistogramConfig(opts...)
+	m.p.mu.Lock()
+	defer m.p.mu.Unlock()
+	m.p.units[name] = cfg.Unit()
+	m.p.buckets[name] = cfg.ExplicitBucketBoundaries()
+	return float64Histogram{p: m.p, name: name}, nil
+}
+
 func (m meter) Int64ObservableGauge(name string, _ ...metric.Int64ObservableGaugeOption) (metric.Int64ObservableGauge, error) {
 	return &int64Gauge{name: name}, nil
 }
@@ -120,6 +151,20 @@ type int64Counter struct {
 func (c int64Counter) Add(_ context.Context, n int64, _ ...metric.AddOption) { c.p.add(c.name, n) }
 
 func (c int64Counter) Enabled(context.Context) bool { return true }
+
+type float64Histogram struct {
+	noop.Float64Histogram
+	p    *Provider
+	name string
+}
+
+func (h float64Histogram) Record(_ context.Context, v float64, opts ...metric.RecordOption) {
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	h.p.records[h.name] = append(h.p.records[h.name], Point{Attributes: metric.NewRecordConfig(opts).Attributes(), Value: v})
+}
+
+func (h float64Histogram) Enabled(context.Context) bool { return true }
 
 type int64Gauge struct {
 	noop.Int64ObservableGauge

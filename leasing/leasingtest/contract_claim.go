@@ -54,6 +54,28 @@ var claimCases = []contractCase{
 		require.True(t, l.ExpiresAt.Equal(*row.LeaseExpiresAt))
 		require.True(t, now.Equal(*row.LastAttemptedAt))
 	}},
+	{"Claim/DueAt", func(t *testing.T, b *bundle) {
+		// Pending: created_at; deferred: visible_after; failed: the retry
+		// time; reclaimed: the expired lease's end.
+		created := b.env.Clock.Now()
+		b.enqueueN(1)
+		deferred := b.enqueue(leasing.NewMessage{Delay: time.Minute})[0]
+		b.env.Clock.Advance(2 * time.Minute)
+		got := b.claim("a", 2)
+		require.Len(t, got, 2)
+		require.True(t, created.Equal(got[0].DueAt), "pending: due %s, want %s", got[0].DueAt, created)
+		require.Equal(t, deferred, got[1].Message.ID)
+		require.True(t, got[1].Message.VisibleAfter.Equal(got[1].DueAt), "deferred: due %s, want %s", got[1].DueAt, got[1].Message.VisibleAfter)
+		failedAt := b.env.Clock.Now()
+		_, err := b.store.Fail(b.ctx, leasing.Failure{Lease: got[0], RetryAfter: time.Second, Error: "x"})
+		require.NoError(t, err)
+		b.env.Clock.Advance(lease)
+		again := b.claim("b", 2)
+		require.Len(t, again, 2)
+		require.Equal(t, got[0].Message.ID, again[0].Message.ID)
+		require.True(t, failedAt.Add(time.Second).Equal(again[0].DueAt), "failed: due %s, want %s", again[0].DueAt, failedAt.Add(time.Second))
+		require.True(t, got[1].ExpiresAt.Equal(again[1].DueAt), "reclaimed: due %s, want %s", again[1].DueAt, got[1].ExpiresAt)
+	}},
 	{"Claim/DeferredVisibility", func(t *testing.T, b *bundle) {
 		id := b.enqueue(leasing.NewMessage{Delay: time.Minute})[0]
 		require.Empty(t, b.claim("a", 10))

@@ -39,6 +39,7 @@ type heldLease struct {
 type book struct {
 	leaseFor time.Duration
 	metrics  *metrics // counts lease_lost and persist_skipped
+	log      logger   // logs lost leases; the zero logger logs nothing
 
 	mu sync.Mutex
 	// held maps each message id to the live lease held on it.
@@ -183,6 +184,7 @@ func (b *book) markLost(h *heldLease) {
 		delete(b.held, h.lease.Message.ID)
 	}
 	count(b.metrics.lost, 1)
+	b.log.leaseLost(h)
 }
 
 // rememberLost records that the lease on id was given up, so that orphan
@@ -286,7 +288,7 @@ func (hb heartbeat) renew(ctx context.Context) {
 		res, err := p.store.Renew(rctx, p.opts.LeaseDuration, batch...)
 		if err != nil {
 			if ctx.Err() == nil { // not the heartbeat stopping
-				p.report(p.errorf("renew", err))
+				p.renewFailed(len(batch), err)
 			}
 			continue
 		}

@@ -89,4 +89,59 @@
 // each claim that parked any also reported to OnError as a
 // *leasing.ParkedError (see leasing.Store.Claim); its leases are worked as
 // usual.
+//
+// # Histograms
+//
+// Histograms on Options.Meter (Float64Histogram, unit s), named
+// litebus.<queue>.processor.<name>, each with explicit bucket boundaries
+// (a MeterProvider view may replace them):
+//
+//   - handler_duration: one handler call, from its start on a worker to its
+//     return (also when HandlerTimeout wrote the attempt earlier), attribute
+//     outcome = success (nil) or error (an error or a panic); a message
+//     dead-lettered with ErrAttemptsExhausted runs no handler and records
+//     none. Buckets 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+//     1, 2.5, 5, 10, 30, 60, 120, 300: an in-memory update to work near and
+//     past the 1-minute DefaultHandlerTimeout.
+//   - queue_lag: per claimed lease, from the moment the message became due
+//     (leasing.Lease.DueAt: the later of its creation and its visible_after,
+//     or the expiry of the lease a reclaim took over) to the claim, both on
+//     the store's clock. Buckets 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+//     0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600: a woken processor claims
+//     within milliseconds, a polling one within PollInterval (1 second by
+//     default); beyond that, a backlog.
+//   - claim_duration: one Claim call, as the processor timed it (failed
+//     calls included). write_duration: one outcome-write call (each try),
+//     attribute operation = release, complete, fail or dead_letter. Buckets
+//     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+//     2.5, 5, 10, 30: a round trip and a commit take under a millisecond
+//     locally and a few across a network; seconds mean lock waits (up to
+//     leasing.DefaultLockTimeout, 5 seconds) or a call cut off at
+//     LeaseDuration.
+//
+// # Logging
+//
+// Options.Logger and ListenerOptions.Logger take a *slog.Logger; nil (the
+// default) logs nothing. Records carry queue and owner (a listener's,
+// queue and channel), and where they concern one lease message_id,
+// attempt and generation; error holds the error, or the error text
+// written with an outcome ([LogKeyQueue] and the other LogKey constants).
+// A message that succeeds logs nothing at info or above. The events:
+//
+//   - warn: "claim failed", "message parked by the claim" (error holds
+//     the reason), "orphan sweep failed", "renew failed", "lease lost",
+//     "handler timed out" (timeout), "outcome write failed; retrying"
+//     (try), "outcome not written: the lease fence refused it" (operation,
+//     outcome), "message dead-lettered", "vacuum failed", "vacuum not
+//     allowed; the table is left to autovacuum", "listener connection
+//     lost; reconnecting" (backoff);
+//   - error: "handler panicked" (stack), "gave up writing outcomes"
+//     (operation, count, message_ids), "listener stopped: notifications do
+//     not arrive";
+//   - info: "listener connected" (backend_pid), after every LISTEN that
+//     delivers, so also after each reconnect;
+//   - debug: "attempt failed; retry scheduled" (retry_after), "vacuum ran"
+//     (dead_rows, duration).
+//
+// Errors go to OnError as well, as before.
 package processor

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,14 @@ type ListenerOptions struct {
 	// reconnect wait, and the *ListenerUndeliveredError before Run returns
 	// it. It is called from Run's goroutine.
 	OnError func(error)
+	// Logger, when not nil, receives the listener's events, each with the
+	// attributes queue and channel: "listener connected" (info, after
+	// every LISTEN that delivers, so also after a reconnect), "listener
+	// connection lost; reconnecting" (warn, with error and backoff) and
+	// "listener stopped: notifications do not arrive" (error). nil, the
+	// default, logs nothing: a library should not write to a program's
+	// log unasked, and OnError already reports the errors.
+	Logger *slog.Logger
 }
 
 // ListenerUndeliveredError is what Listener.Run returns when LISTEN
@@ -168,12 +177,13 @@ func (l *Listener) Run(ctx context.Context) error {
 	defer l.running.Store(false)
 	backoff := l.opts.MinBackoff
 	for {
-		err := l.listen(ctx, func() { backoff = l.opts.MinBackoff })
+		err := l.listen(ctx, func() { backoff = l.opts.MinBackoff; l.logConnected() })
 		if ctx.Err() != nil {
 			return nil
 		}
 		var undelivered *ListenerUndeliveredError
 		if errors.As(err, &undelivered) {
+			l.logUndelivered(err)
 			if l.opts.OnError != nil {
 				l.opts.OnError(err)
 			}
@@ -182,6 +192,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		if l.opts.OnError != nil {
 			l.opts.OnError(fmt.Errorf("processor: listen on %s: %w", l.channel, err))
 		}
+		l.logReconnect(err, backoff)
 		if !pause(ctx, backoff) {
 			return nil
 		}

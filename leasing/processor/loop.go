@@ -123,17 +123,18 @@ func (r *run) claim() bool {
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, p.claimRequest)
+	p.metrics.observeClaim(time.Since(sent), leases, p.claimRequest.LeaseFor)
 	parked := 0
 	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
 		// The claim dead-lettered rows it could not lease; its leases are
 		// good. The parked rows took batch slots, so more may be due.
-		p.report(p.errorf("claim", err))
+		p.claimParked(pe)
 		parked = len(pe.Parked)
 		count(p.metrics.parked, parked)
 		err = nil
 	}
 	if err != nil {
-		p.report(p.errorf("claim", err))
+		p.claimFailed(err)
 		// The claim may have committed before its reply was lost; its
 		// leases would then count an attempt nobody ran. Past one lease
 		// duration they have expired and been reclaimed anyway. Counted
@@ -158,7 +159,7 @@ func (r *run) sweepOrphans() bool {
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	if _, err := p.store.ReleaseOrphans(ctx, p.claimRequest.Owner, known); err != nil {
-		p.report(p.errorf("release orphans", err))
+		p.sweepFailed(err)
 		return false
 	}
 	return true
@@ -201,9 +202,12 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 		// hung): do not run it again, dead-letter it.
 		return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, policy.MaxAttempts)
 	}
+	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, debug.Stack())
+			stack := debug.Stack()
+			r.p.handlerPanicked(lease, v, stack)
+			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, stack)
 		}
 	}()
 	return r.p.handler(ctx, lease)
@@ -243,6 +247,7 @@ func (r *run) timeOut(h *heldLease) {
 	if !ok {
 		return
 	}
+	r.p.handlerTimedOut(lease)
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	h.cancel(err)
 	r.w.submit(r.outcome(h, lease, err))

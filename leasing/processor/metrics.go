@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -32,8 +33,39 @@ func SucceededCounter(q leasing.Queue) string {
 	return "processor.succeeded"
 }
 
-// metrics are a processor's counters, all Int64Counter with unit
-// {message}, named litebus.<queue>.processor.<name>.
+// Histogram bucket boundaries, in seconds, passed with
+// metric.WithExplicitBucketBoundaries (the package documentation lists
+// them); a MeterProvider view may replace them.
+var (
+	// handlerDurationBuckets are the boundaries of
+	// litebus.<queue>.processor.handler_duration: 1 ms to 5 minutes in
+	// 1-2.5-5 steps, since handlers range from an in-memory update (about
+	// a millisecond) through a broker publish or an HTTP call (tens to
+	// hundreds of milliseconds) to batch work near DefaultHandlerTimeout
+	// (1 minute) and beyond it with NoHandlerTimeout.
+	handlerDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	// queueLagBuckets are the boundaries of
+	// litebus.<queue>.processor.queue_lag: 1 ms to 1 hour. A woken
+	// processor with free slots claims within milliseconds, a polling one
+	// within DefaultPollInterval (1 second); a reclaim follows a lease
+	// expiry by up to a poll interval; tens of seconds to an hour mean a
+	// backlog the processors do not keep up with.
+	queueLagBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+	// storeCallBuckets are the boundaries of
+	// litebus.<queue>.processor.claim_duration and
+	// litebus.<queue>.processor.write_duration: 0.5 ms to 30 seconds. A
+	// claim or an outcome write is one round trip and one commit, under a
+	// millisecond on a local server and a few milliseconds across a
+	// network; tens to hundreds of milliseconds mean a busy server, a slow
+	// fsync or a long index scan, and seconds a lock wait up to
+	// leasing.DefaultLockTimeout (5 seconds) or a call cut off at
+	// LeaseDuration.
+	storeCallBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+)
+
+// metrics are a processor's instruments, named
+// litebus.<queue>.processor.<name>: counters (Int64Counter, unit
+// {message}) and histograms (Float64Histogram, unit s).
 type metrics struct {
 	acquired     metric.Int64Counter // leases_acquired: leases a claim returned
 	lost         metric.Int64Counter // lease_lost: leases a renew (or claim) found lost
@@ -43,6 +75,11 @@ type metrics struct {
 	skipped      metric.Int64Counter // persist_skipped: outcome not written, lease lost
 	rejected     metric.Int64Counter // persist_rejected: the fence refused the write
 	parked       metric.Int64Counter // parked: rows a claim dead-lettered as unclaimable (leasing.ParkedError)
+
+	handlerDuration metric.Float64Histogram // handler_duration: one handler call, attribute outcome
+	queueLag        metric.Float64Histogram // queue_lag: due to claimed, store clock
+	claimDuration   metric.Float64Histogram // claim_duration: one Claim call
+	writeDuration   metric.Float64Histogram // write_duration: one outcome-write call, attribute operation
 }
 
 // newMetrics makes the counters of a processor of queue q on meter; nil
@@ -57,6 +94,12 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 		errs = append(errs, err)
 		return c
 	}
+	histogram := func(name string, buckets []float64, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(MetricName(q, name), metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
 	m := &metrics{
 		acquired:     counter("processor.leases_acquired", "Leases taken by claims."),
 		lost:         counter("processor.lease_lost", "Leases found lost by a renew; their handler was cancelled."),
@@ -66,6 +109,15 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 		skipped:      counter("processor.persist_skipped", "Outcomes not written because the lease was lost."),
 		rejected:     counter("processor.persist_rejected", "Outcome writes the lease fence refused (lost, terminal or not found)."),
 		parked:       counter("processor.parked", "Messages a claim could not lease and dead-lettered instead (leasing.ParkedError)."),
+
+		handlerDuration: histogram("processor.handler_duration", handlerDurationBuckets,
+			"Time one handler call took, from its start on a worker to its return, in seconds."),
+		queueLag: histogram("processor.queue_lag", queueLagBuckets,
+			"Time from a message being due to its claim, on the store's clock, in seconds."),
+		claimDuration: histogram("processor.claim_duration", storeCallBuckets,
+			"Time one Claim call took, as the processor saw it, in seconds."),
+		writeDuration: histogram("processor.write_duration", storeCallBuckets,
+			"Time one outcome-write call (release, complete, fail, dead letter) took, as the processor saw it, in seconds."),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: metrics: %w", err)
@@ -77,6 +129,61 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 func count(c metric.Int64Counter, n int) {
 	if n > 0 {
 		c.Add(context.Background(), int64(n))
+	}
+}
+
+// writeOperations name the write kinds in metric attributes and log records.
+var writeOperations = [...]string{writeRelease: "release", writeComplete: "complete", writeFail: "fail", writeDeadLetter: "dead_letter"}
+
+// Attribute values of the histograms.
+var (
+	outcomeSuccess = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "success")))
+	outcomeError   = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "error")))
+	writeOperation = func() (opts [len(writeOperations)]metric.RecordOption) {
+		for kind, name := range writeOperations {
+			opts[kind] = metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", name)))
+		}
+		return opts
+	}()
+)
+
+// observeClaim records one Claim call that took took and returned leases,
+// claimed with lease duration leaseFor: its claim_duration, and the
+// queue_lag of each lease. A lease's claim time is its ExpiresAt less
+// leaseFor (the claim sets the expiry to its now + leaseFor, at the
+// store's microsecond precision), so the lag is measured on the store's
+// clock alone; leases without a DueAt (a Store that does not set it) are
+// not recorded.
+func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, leaseFor time.Duration) {
+	ctx := context.Background()
+	m.claimDuration.Record(ctx, took.Seconds())
+	leaseFor = leaseFor.Truncate(time.Microsecond)
+	for _, l := range leases {
+		if l.DueAt.IsZero() {
+			continue
+		}
+		m.queueLag.Record(ctx, max(l.ExpiresAt.Sub(l.DueAt)-leaseFor, 0).Seconds())
+	}
+}
+
+// observeHandler records, deferred from the handler call that started at
+// start, its handler_duration with the outcome of *err.
+func (m *metrics) observeHandler(start time.Time, err *error) {
+	opt := outcomeSuccess
+	if *err != nil {
+		opt = outcomeError
+	}
+	m.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), opt)
+}
+
+// timedWrite returns call, a store call writing outcomes of kind, that
+// records the write_duration of each call.
+func (m *metrics) timedWrite(kind writeKind, call func(context.Context) (leasing.WriteResult, error)) func(context.Context) (leasing.WriteResult, error) {
+	return func(ctx context.Context) (leasing.WriteResult, error) {
+		start := time.Now()
+		res, err := call(ctx)
+		m.writeDuration.Record(context.Background(), time.Since(start).Seconds(), writeOperation[kind])
+		return res, err
 	}
 }
 

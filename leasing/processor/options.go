@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -79,6 +80,13 @@ type Options struct {
 	// Meter receives the processor counters (see the package
 	// documentation). nil records nothing.
 	Meter metric.Meter
+	// Logger, when not nil, receives the processor's structured events
+	// (see the package documentation, Logging), each with the attributes
+	// queue and owner. nil, the default, logs nothing: a library should not
+	// write to a program's log unasked, and OnError already receives every
+	// error; pass slog.Default() to log to the program's default logger.
+	// A successful message logs nothing at info or above.
+	Logger *slog.Logger
 	// WorkSignal, when not nil, wakes the processor to claim before the
 	// poll interval ends.
 	WorkSignal WorkSignal

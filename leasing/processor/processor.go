@@ -91,6 +91,7 @@ type Processor struct {
 	handler Handler
 	opts    Options // resolved: no zero fields left
 	metrics *metrics
+	log     logger // opts.Logger with the queue and owner; writes nothing when nil
 	// claimRequest is what every claim sends: owner, batch size, lease
 	// duration and tenant, checked by New.
 	claimRequest leasing.ClaimRequest
@@ -126,6 +127,7 @@ func New(store Store, handler Handler, opts Options) (*Processor, error) {
 	}
 	return &Processor{
 		store: store, handler: handler, opts: opts, metrics: m, claimRequest: claimRequest,
+		log:  newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -158,6 +160,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	base := context.WithoutCancel(ctx)
 	book := newBook(p.opts.LeaseDuration, p.metrics)
+	book.log = p.log
 	w := newWriter(p, book, base, p.opts.Concurrency+1)
 	go w.run()
 	hbCtx, stopHeartbeat := context.WithCancel(base)
@@ -172,7 +175,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = KeepVacuumed(vacCtx, v, p.opts.Vacuum, p.report) // the policy was validated by New
+			_ = KeepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.report) // the policy was validated by New
 		}
 	}()
 

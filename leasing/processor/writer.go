@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -175,12 +174,13 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 			return p.store.DeadLetter(ctx, failures...)
 		}
 	}
-	res, err := w.persist(call)
+	res, err := w.persist(p.metrics.timedWrite(kind, call))
 	w.book.untrack(g, err != nil)
 	if err != nil {
-		p.report(p.errorf(fmt.Sprintf("gave up writing %d outcomes", len(g)), err))
+		p.writeGaveUp(kind, g, err)
 		return
 	}
+	p.logWritten(kind, g, res)
 	done := 0
 	for _, o := range res.Outcomes {
 		if o.Outcome.Succeeded() {
@@ -215,7 +215,7 @@ func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)
 		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || try == writeTries {
 			return res, err
 		}
-		p.report(p.errorf(fmt.Sprintf("outcome write, try %d", try), err))
+		p.writeTryFailed(try, err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}

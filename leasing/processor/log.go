@@ -1,0 +1,212 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// Attribute keys of the log records a Processor and a Listener write. Every
+// record of a processor carries LogKeyQueue and LogKeyOwner; every record
+// of a listener, LogKeyQueue and LogKeyChannel.
+const (
+	LogKeyQueue      = "queue"      // the queue: inbox or outbox
+	LogKeyOwner      = "owner"      // the processor's lease owner name (Processor.Owner)
+	LogKeyMessageID  = "message_id" // the message id
+	LogKeyAttempt    = "attempt"    // the lease's attempt, 1 on the first delivery
+	LogKeyGeneration = "generation" // the lease's generation (fencing token)
+	LogKeyError      = "error"      // the error, or the error text written with an outcome
+	LogKeyChannel    = "channel"    // a listener's NOTIFY channel
+)
+
+// logger writes the structured events of a processor or a listener to l;
+// with a nil l it writes nothing, and builds no attributes.
+type logger struct{ l *slog.Logger }
+
+func (g logger) enabled(level slog.Level) bool {
+	return g.l != nil && g.l.Enabled(context.Background(), level)
+}
+
+func (g logger) log(level slog.Level, msg string, attrs ...slog.Attr) {
+	if g.enabled(level) {
+		g.l.LogAttrs(context.Background(), level, msg, attrs...)
+	}
+}
+
+// leaseAttrs are the attributes of one lease, then extra.
+func leaseAttrs(l leasing.Lease, extra ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{
+		slog.String(LogKeyMessageID, l.Message.ID.String()),
+		slog.Int(LogKeyAttempt, l.Attempt),
+		slog.Int64(LogKeyGeneration, l.Generation),
+	}, extra...)
+}
+
+func errAttr(err error) slog.Attr { return slog.String(LogKeyError, err.Error()) }
+
+// newLogger returns the logger of a processor of queue q and owner, or the
+// zero logger for a nil l.
+func newLogger(l *slog.Logger, q leasing.Queue, owner string) logger {
+	if l == nil {
+		return logger{}
+	}
+	return logger{l.With(slog.String(LogKeyQueue, string(q)), slog.String(LogKeyOwner, owner))}
+}
+
+// claimFailed reports and logs a failed claim (warn: the processor claims
+// again later, sweeping orphans first).
+func (p *Processor) claimFailed(err error) {
+	p.report(p.errorf("claim", err))
+	p.log.log(slog.LevelWarn, "claim failed", errAttr(err))
+}
+
+// claimParked reports the *leasing.ParkedError pe of a claim and logs each
+// row it parked (warn: the row is dead-lettered).
+func (p *Processor) claimParked(pe *leasing.ParkedError) {
+	p.report(p.errorf("claim", pe))
+	for _, r := range pe.Parked {
+		p.log.log(slog.LevelWarn, "message parked by the claim",
+			slog.String(LogKeyMessageID, r.ID.String()), slog.String(LogKeyError, r.Reason))
+	}
+}
+
+// sweepFailed reports and logs a failed orphan sweep (warn: tried again
+// before the next claim).
+func (p *Processor) sweepFailed(err error) {
+	p.report(p.errorf("release orphans", err))
+	p.log.log(slog.LevelWarn, "orphan sweep failed", errAttr(err))
+}
+
+// renewFailed reports and logs a failed Renew of n leases (warn: the next
+// heartbeat tries again; leases not renewed in time are lost).
+func (p *Processor) renewFailed(n int, err error) {
+	p.report(p.errorf("renew", err))
+	p.log.log(slog.LevelWarn, "renew failed", slog.Int("leases", n), errAttr(err))
+}
+
+// writeTryFailed reports and logs a failed outcome-write try (warn: tried
+// again after a backoff).
+func (p *Processor) writeTryFailed(try int, err error) {
+	p.report(p.errorf(fmt.Sprintf("outcome write, try %d", try), err))
+	p.log.log(slog.LevelWarn, "outcome write failed; retrying", slog.Int("try", try), errAttr(err))
+}
+
+// writeGaveUp reports and logs an outcome write of g given up (error: the
+// outcomes are lost; the leases expire and the messages are claimed again).
+func (p *Processor) writeGaveUp(kind writeKind, g []pendingWrite, err error) {
+	p.report(p.errorf(fmt.Sprintf("gave up writing %d outcomes", len(g)), err))
+	if !p.log.enabled(slog.LevelError) {
+		return
+	}
+	ids := make([]string, len(g))
+	for i, pw := range g {
+		ids[i] = pw.failure.Lease.Message.ID.String()
+	}
+	p.log.log(slog.LevelError, "gave up writing outcomes", slog.String("operation", writeOperations[kind]),
+		slog.Int("count", len(g)), slog.Any("message_ids", ids), errAttr(err))
+}
+
+// logWritten logs the outcomes of g that res reports: each dead letter
+// written (warn), each failure written (debug: the retry is scheduled) and
+// each outcome the fence refused (warn). A success logs nothing.
+func (p *Processor) logWritten(kind writeKind, g []pendingWrite, res leasing.WriteResult) {
+	for i, o := range res.Outcomes {
+		if i >= len(g) {
+			break
+		}
+		f := g[i].failure
+		switch {
+		case !o.Outcome.Succeeded():
+			p.log.log(slog.LevelWarn, "outcome not written: the lease fence refused it", leaseAttrs(f.Lease,
+				slog.String("operation", writeOperations[kind]), slog.String("outcome", string(o.Outcome)))...)
+		case o.Outcome != leasing.OutcomeApplied:
+			// already applied by this lease: logged when it was
+		case kind == writeDeadLetter:
+			p.log.log(slog.LevelWarn, "message dead-lettered", leaseAttrs(f.Lease, slog.String(LogKeyError, f.Error))...)
+		case kind == writeFail && p.log.enabled(slog.LevelDebug):
+			p.log.log(slog.LevelDebug, "attempt failed; retry scheduled", leaseAttrs(f.Lease,
+				slog.Duration("retry_after", f.RetryAfter), slog.String(LogKeyError, f.Error))...)
+		}
+	}
+}
+
+// handlerPanicked logs a handler's panic with value v and stack (error).
+func (p *Processor) handlerPanicked(lease leasing.Lease, v any, stack []byte) {
+	p.log.log(slog.LevelError, "handler panicked", leaseAttrs(lease,
+		slog.String(LogKeyError, fmt.Sprint(v)), slog.String("stack", string(stack)))...)
+}
+
+// handlerTimedOut logs a handler that ran past HandlerTimeout (warn: its
+// attempt is written as failed or dead-lettered).
+func (p *Processor) handlerTimedOut(lease leasing.Lease) {
+	p.log.log(slog.LevelWarn, "handler timed out", leaseAttrs(lease, slog.Duration("timeout", p.opts.HandlerTimeout))...)
+}
+
+// leaseLost logs h given up as lost (warn: its handler is cancelled and
+// its outcome is not written; the message is delivered again).
+func (g logger) leaseLost(h *heldLease) {
+	g.log(slog.LevelWarn, "lease lost", leaseAttrs(h.lease)...)
+}
+
+// loggedVacuumer is a Vacuumer that logs each run (debug) and each error
+// (warn) of the Vacuumer it wraps.
+type loggedVacuumer struct {
+	Vacuumer
+	log logger
+}
+
+// vacuumer returns v, wrapped to log when p logs.
+func (p *Processor) vacuumer(v Vacuumer) Vacuumer {
+	if p.log.l == nil {
+		return v
+	}
+	return loggedVacuumer{Vacuumer: v, log: p.log}
+}
+
+func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasing.Vacuum, error) {
+	res, err := v.Vacuumer.VacuumIfDead(ctx, deadRows)
+	switch {
+	case errors.Is(err, leasing.ErrVacuumNotAllowed):
+		v.log.log(slog.LevelWarn, "vacuum not allowed; the table is left to autovacuum", errAttr(err))
+	case err != nil && ctx.Err() == nil:
+		v.log.log(slog.LevelWarn, "vacuum failed", errAttr(err))
+	case err == nil && res.Ran:
+		v.log.log(slog.LevelDebug, "vacuum ran", slog.Int64("dead_rows", res.DeadRows), slog.Duration("duration", res.Duration))
+	}
+	return res, err
+}
+
+// log returns the listener's logger, its records carrying the queue and
+// the channel.
+func (l *Listener) log() logger {
+	if l.opts.Logger == nil {
+		return logger{}
+	}
+	q := leasing.Inbox
+	if l.channel == leasing.Outbox.Channel() {
+		q = leasing.Outbox
+	}
+	return logger{l.opts.Logger.With(slog.String(LogKeyQueue, string(q)), slog.String(LogKeyChannel, l.channel))}
+}
+
+// logConnected logs a LISTEN in place and delivering (info: after a
+// reconnect it says the listener is back).
+func (l *Listener) logConnected() {
+	l.log().log(slog.LevelInfo, "listener connected", slog.Int64("backend_pid", int64(l.pid.Load())))
+}
+
+// logReconnect logs a broken or failed connection and the wait before the
+// next try (warn).
+func (l *Listener) logReconnect(err error, backoff time.Duration) {
+	l.log().log(slog.LevelWarn, "listener connection lost; reconnecting", errAttr(err), slog.Duration("backoff", backoff))
+}
+
+// logUndelivered logs the *ListenerUndeliveredError Run returns (error:
+// the listener stops).
+func (l *Listener) logUndelivered(err error) {
+	l.log().log(slog.LevelError, "listener stopped: notifications do not arrive", errAttr(err))
+}
