@@ -258,6 +258,21 @@ func (c *cli) lazyPool() (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
+// lazyStore is newStore over a new lazyPool: the store of queue q, which
+// connects on its first call. Close its Pool when done.
+func (c *cli) lazyStore(q leasing.Queue) (*leasing.Postgres, error) {
+	pool, err := c.lazyPool()
+	if err != nil {
+		return nil, err
+	}
+	store, err := newStore(pool, q)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return store, nil
+}
+
 // connect opens a pool on the database URL and checks that the server
 // answers. Close the pool when done.
 func (c *cli) connect(ctx context.Context) (*pgxpool.Pool, error) {

@@ -42,15 +42,11 @@ func runDeadLetter(ctx context.Context, c *cli, args []string) error {
 		return usagef("--id is required")
 	}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	// The library checks the reason before it connects: bad input is exit 2.
 	entry, err := store.DeadLetterByID(ctx, leasing.DeadLetterByIDRequest{ID: *id, Reason: *reason, Force: *force})
 	var held *leasing.LeaseHeldError

@@ -83,15 +83,11 @@ func runGet(ctx context.Context, c *cli, args []string) error {
 		return usagef("--id is required")
 	}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	row, err := store.Get(ctx, *id)
 	if err != nil {
 		return c.storeError(err)

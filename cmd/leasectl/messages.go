@@ -37,15 +37,11 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 		Type: *msgType, TenantID: *tenant, Topic: *topic, Payload: []byte(*payload), Delay: *delay,
 	}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	// The library checks the first batch before it connects; every batch
 	// holds the same message, so bad input sends nothing.
 	ids, err := enqueueMany(ctx, store, *count, func(int) leasing.NewMessage { return template })
@@ -138,15 +134,11 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 	}
 	req := leasing.ClaimRequest{Owner: *owner, BatchSize: *batch, LeaseFor: *lease, TenantID: *tenant}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	leases, err := store.Claim(ctx, req)
 	// Rows the claim parked (dead-lettered as unclaimable) come with the
 	// leases it took: print both, or the operator never sees those leases.

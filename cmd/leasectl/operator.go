@@ -45,15 +45,11 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 		return usagef("say which messages: --id ID (repeatable) or --all")
 	}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	var res leasing.RequeueResult
 	if *all {
 		res, err = store.RequeueAll(ctx)
@@ -116,15 +112,11 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	}
 	req := leasing.PurgeRequest{OlderThan: *olderThan, BatchSize: *batch, IncludeDeadLettered: *includeDead}
 
-	pool, err := c.lazyPool()
+	store, err := c.lazyStore(q)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := newStore(pool, q)
-	if err != nil {
-		return err
-	}
+	defer store.Pool().Close()
 	progress := newProgress(c.stderr, fmt.Sprintf("purge %s", q))
 	total, batches := 0, 0
 	for {
