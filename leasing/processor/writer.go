@@ -176,6 +176,7 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 		}
 	}
 	res, err := w.persist(call)
+	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
 	if err != nil {
 		p.report(p.errorf(fmt.Sprintf("gave up writing %d outcomes", len(g)), err))
