@@ -112,11 +112,17 @@ const (
 )
 
 func setTriggers(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, on bool) error {
-	stmt := map[[2]bool]string{
-		{true, true}: enableInboxTriggers, {true, false}: disableInboxTriggers,
-		{false, true}: enableOutboxTriggers, {false, false}: disableOutboxTriggers,
-	}[[2]bool{q == leasing.Inbox, on}]
-	_, err := pool.Exec(ctx, stmt)
+	var err error
+	switch {
+	case q == leasing.Inbox && on:
+		_, err = pool.Exec(ctx, enableInboxTriggers)
+	case q == leasing.Inbox:
+		_, err = pool.Exec(ctx, disableInboxTriggers)
+	case on:
+		_, err = pool.Exec(ctx, enableOutboxTriggers)
+	default:
+		_, err = pool.Exec(ctx, disableOutboxTriggers)
+	}
 	return err
 }
 
