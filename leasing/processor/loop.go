@@ -83,7 +83,10 @@ func (r *run) loop(ctx context.Context) {
 			var found int
 			due, found = r.claim()
 			wait := p.opts.PollInterval
-			if wake != nil {
+			switch {
+			case found < 0: // failed: wait PollInterval, then back off anew
+				idle = pollBackoff{}
+			case wake != nil:
 				wait = idle.next(found > 0, p.opts.PollInterval)
 			}
 			poll.Reset(wait)
@@ -153,11 +156,11 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 
 // claim takes one batch and queues it for dispatch. It reports whether the
 // batch was full, so that more messages may be due, and how many messages
-// it took (leased or parked).
+// it took (leased or parked), -1 when it failed.
 func (r *run) claim() (full bool, found int) {
 	p := r.p
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
-		return false, 0
+		return false, -1
 	}
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
@@ -180,7 +183,7 @@ func (r *run) claim() (full bool, found int) {
 		// from now, not from when the claim was sent: a slow claim's
 		// leases expire one lease duration after it ran.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
-		return false, 0
+		return false, -1
 	}
 	count(p.metrics.acquired, len(leases))
 	if len(leases)+parked > 0 {
