@@ -91,9 +91,10 @@ func TestListenerWakesProcessor(t *testing.T) {
 // its own connection and counts the payload-less notifications that arrive
 // before a sentinel NOTIFY (payload "end") sent after the inserts: since
 // notifications arrive in commit order, every notification of the inserts
-// precedes the sentinel. Each insert below starts in a 2 ms slot of the
-// signal (migration 00009) of its own; TestWorkSignalAtMostOncePerSlot
-// covers inserts that share one.
+// precedes the sentinel. The signal is rate-limited (migration 00009, ten
+// milliseconds per notification, bursts of five): the inserts below are
+// spaced to stay within its budget; TestWorkSignalRateLimited covers
+// inserts beyond it.
 //
 // PostgreSQL also folds identical notifications within one transaction into
 // one, so a count of one per 500-row statement holds for a per-row trigger
@@ -134,9 +135,9 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 				}
 			}
 			require.Zero(t, count(), "nothing notifies before any insert")
-			// newSlot waits past the signal's 2 ms slot (migration 00009),
-			// so that the next insert's statement notifies.
-			newSlot := func() { time.Sleep(5 * time.Millisecond) }
+			// newSlot waits long enough for the signal's budget to allow
+			// one more notification (10 ms each).
+			newSlot := func() { time.Sleep(15 * time.Millisecond) }
 
 			newSlot()
 			b.enqueueN(t, 500) // one INSERT statement
@@ -146,7 +147,7 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 			b.enqueueN(t, 3)
 			newSlot()
 			b.enqueueN(t, 3)
-			require.Equal(t, 2, count(), "two statements in two transactions, in two slots: two notifications")
+			require.Equal(t, 2, count(), "two statements in two transactions, within the budget: two notifications")
 
 			msgs := make([]leasing.NewMessage, 500)
 			for i := range msgs {

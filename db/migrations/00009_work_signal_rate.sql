@@ -1,25 +1,31 @@
 -- +goose Up
--- At most one NOTIFY per 2 ms slot per channel, decided in the database.
+-- Rate-limited NOTIFY, decided in the database: on average at most one per
+-- 10 ms per table, in bursts of up to five.
 --
 -- PostgreSQL commits the transactions that sent a NOTIFY one at a time: a
 -- database-wide lock, held through the commit's WAL flush, orders the
 -- notification queue. With a NOTIFY in every enqueue (00003), concurrent
--- single-message producers queue on that lock and lose half their rate.
--- Now an inserting statement notifies only when no statement has claimed
--- the current 2 ms slot of the clock: the slot number is kept in a sequence
--- per table, read and set outside the transaction (sequences are not
--- transactional), so producers never wait on each other's row locks or
--- commits for it. Two statements that read the slot at the same moment may
--- both notify: harmless. At most about 500 notifying commits per second
--- reach the lock, whatever the enqueue rate; below that rate nearly every
--- enqueue still notifies.
+-- single-message producers queue on that lock and lose half their rate or
+-- more. Now an inserting statement notifies only when the signal's budget
+-- allows (GCRA, the generic cell rate algorithm): a sequence per table
+-- holds the theoretical time of the next notification, in microseconds of
+-- the database clock; a statement notifies when that time is at most 40
+-- ms ahead of now, and moves it 10 ms on from the later of the two.
+-- Sequences are not transactional: producers read and set it without
+-- waiting on each other's row locks or commits. Two statements that read
+-- it at the same moment may both notify: harmless. Below about 100
+-- enqueueing statements per second nearly every one notifies, as before;
+-- above, about 100 notifying commits per second reach the lock, whatever
+-- the rate.
 --
--- What a skipped statement relies on: the notification of the statement
--- that claimed its slot, which wakes processors at about the same time;
--- the processors, which after a claim that found work claim again 2 ms
--- later, backing off while they find nothing (rows that commit just after
--- the wake are taken then); and the poll, for the rare slot whose notifier
--- rolled back (its setval stays, its NOTIFY is lost).
+-- What a statement without a notification relies on: the notifications
+-- just before it, which wake processors at about the same time; the
+-- processors, which after a claim that found work claim again 2, 4, ...
+-- 64 ms later while they find nothing (rows that commit just after the
+-- wake are taken then); and the poll, for a notifier that rolled back (its
+-- setval stays, its NOTIFY is lost). A database clock that steps back by
+-- more than a second resets the budget; a smaller step holds notifications
+-- back for at most that step, and the poll covers them.
 --
 -- The function is SECURITY DEFINER so that a role allowed to INSERT needs
 -- no privilege on the sequences; it sets its own search_path and names the
@@ -32,12 +38,13 @@ CREATE FUNCTION leasestore_signal_work() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     signal regclass := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME || '_work_signal')::regclass;
-    -- The 2 ms slot of the database clock; a clock that steps back just
-    -- starts other slots.
-    slot bigint := floor(extract(epoch FROM clock_timestamp()) * 500)::bigint;
+    now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    -- The theoretical time of the next notification; NULL before the first.
+    due bigint := pg_sequence_last_value(signal);
 BEGIN
-    IF pg_sequence_last_value(signal) IS DISTINCT FROM slot THEN
-        PERFORM setval(signal, slot);
+    IF due IS NULL OR due - now_us <= 40000 OR due - now_us > 1000000 THEN
+        PERFORM setval(signal, CASE WHEN due IS NULL OR due < now_us OR due - now_us > 1000000
+                                    THEN now_us ELSE due END + 10000);
         PERFORM pg_notify(TG_TABLE_NAME, '');
     END IF;
     RETURN NULL;
