@@ -97,8 +97,8 @@ type PickupPhase struct {
 // Producer-mode processor settings: enough slots and batch to keep up
 // with thousands of messages/s on a small machine.
 const (
-	producerBenchConcurrency = 16
-	producerBenchBatch       = 20
+	producerBenchConcurrency = 32
+	producerBenchBatch       = 50
 )
 
 // disableTriggers and enableTriggers turn the user triggers of the two
