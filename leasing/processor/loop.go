@@ -124,10 +124,11 @@ func (r *run) loop(ctx context.Context) {
 // Poll backoff with a WorkSignal. The signal (the insert trigger of
 // migration 00009) is rate-limited, about 100 notifications a second per
 // table at most, so a row that commits just after the notification that
-// woke the processor may have none of its own: after a claim that found work the processor claims
-// again signalRepoll later, and while claims find nothing doubles the wait
-// up to signalRepollMax (2, 4, ... 64 ms: 126 ms in all); after that it
-// waits PollInterval, the ceiling, between claims until a wake comes.
+// woke the processor may have none of its own: after a claim that found
+// work the processor claims again signalRepoll later, and while claims
+// find nothing doubles the wait up to signalRepollMax (2, 4, ... 64 ms:
+// 126 ms in all); after that it waits PollInterval, the ceiling, between
+// claims until a wake comes.
 const (
 	signalRepoll    = 2 * time.Millisecond
 	signalRepollMax = 64 * time.Millisecond
