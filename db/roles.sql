@@ -29,8 +29,9 @@
 -- message vanish without a terminal state. No TRUNCATE, REFERENCES or
 -- TRIGGER, no access to leasestore_db_version, and no CREATE on the schema (the
 -- PostgreSQL 15 default for PUBLIC; this file does not change PUBLIC).
--- LISTEN needs no privilege, and the insert trigger's pg_notify runs with
--- the inserting role's rights.
+-- LISTEN needs no privilege, and the insert trigger's function
+-- (leasestore_signal_work, migration 00009) is SECURITY DEFINER: the
+-- inserting role needs no privilege on the signal's sequences.
 --
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
 -- Purge (leasectl purge). It still cannot TRUNCATE, ALTER or DROP.

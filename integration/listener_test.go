@@ -91,7 +91,10 @@ func TestListenerWakesProcessor(t *testing.T) {
 // its own connection and counts the payload-less notifications that arrive
 // before a sentinel NOTIFY (payload "end") sent after the inserts: since
 // notifications arrive in commit order, every notification of the inserts
-// precedes the sentinel.
+// precedes the sentinel. The signal is rate-limited (migration 00009, ten
+// milliseconds per notification, bursts of five): the inserts below are
+// spaced to stay within its budget; TestWorkSignalRateLimited covers
+// inserts beyond it.
 //
 // PostgreSQL also folds identical notifications within one transaction into
 // one, so a count of one per 500-row statement holds for a per-row trigger
@@ -132,13 +135,19 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 				}
 			}
 			require.Zero(t, count(), "nothing notifies before any insert")
+			// newSlot waits long enough for the signal's budget to allow
+			// one more notification (10 ms each).
+			newSlot := func() { time.Sleep(15 * time.Millisecond) }
 
+			newSlot()
 			b.enqueueN(t, 500) // one INSERT statement
 			require.Equal(t, 1, count(), "one notification for a 500-row statement")
 
+			newSlot()
 			b.enqueueN(t, 3)
+			newSlot()
 			b.enqueueN(t, 3)
-			require.Equal(t, 2, count(), "two statements in two transactions: two notifications")
+			require.Equal(t, 2, count(), "two statements in two transactions, within the budget: two notifications")
 
 			msgs := make([]leasing.NewMessage, 500)
 			for i := range msgs {
@@ -146,6 +155,7 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 					msgs[i].Topic = e2eTopic
 				}
 			}
+			newSlot()
 			err = pgx.BeginFunc(ctx, b.store.Pool(), func(tx pgx.Tx) error { _, err := b.store.EnqueueCopy(ctx, tx, msgs...); return err })
 			require.NoError(t, err)
 			require.Equal(t, 1, count(), "one notification for a 500-row COPY")
@@ -154,7 +164,7 @@ func TestListenerNotifyOncePerStatement(t *testing.T) {
 			require.NoError(t, b.store.Pool().QueryRow(ctx, `
 				SELECT count(*) FROM pg_trigger
 				WHERE tgrelid = $1::regclass AND NOT tgisinternal
-				  AND tgfoid = 'leasestore_notify_work'::regproc
+				  AND tgfoid = 'leasestore_signal_work'::regproc
 				  AND tgtype & 1 = 0 -- TRIGGER_TYPE_ROW unset: FOR EACH STATEMENT
 				  AND tgtype & 4 <> 0 -- TRIGGER_TYPE_INSERT`, channel).Scan(&perStatement))
 			require.Equal(t, 1, perStatement, "the %s work-signal trigger is a statement trigger on insert", channel)

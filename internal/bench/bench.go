@@ -88,6 +88,18 @@ type Config struct {
 	Keep bool
 	// JSON writes the Result as JSON to the output instead of a text report.
 	JSON bool
+	// Producers, when > 0, switches to the producer mode (see
+	// producers.go): this many producers, one message per transaction,
+	// measure the work signal's cost and pickup latency instead of a
+	// drain. Defaults to 0: the drain.
+	Producers int
+	// Rates are the producers' combined rates, messages/s, of the pickup
+	// phases; a last phase runs unthrottled. Producer mode only. Defaults
+	// to 100 and 1,000.
+	Rates []int
+	// PhaseDuration is the length of each producer-mode phase. Defaults
+	// to 10 seconds.
+	PhaseDuration time.Duration
 	// Progress, when not nil, receives a progress line rewritten in place
 	// with \r (meant for a terminal: see IsTerminal). Defaults to none.
 	Progress io.Writer
@@ -113,6 +125,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.LeaseFor == 0 {
 		cfg.LeaseFor = 5 * time.Minute
 	}
+	if cfg.Producers > 0 && cfg.Rates == nil {
+		cfg.Rates = []int{100, 1000}
+	}
+	if cfg.PhaseDuration == 0 {
+		cfg.PhaseDuration = 10 * time.Second
+	}
 	return cfg
 }
 
@@ -137,6 +155,12 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("bench: explain batch must be 1..%d, got %d", leasing.MaxBatchSize, cfg.ExplainBatch)
 	case cfg.Rounds < 1 || cfg.Rounds > 20:
 		return fmt.Errorf("bench: rounds must be 1..20, got %d", cfg.Rounds)
+	case cfg.Producers < 0 || cfg.Producers > 256:
+		return fmt.Errorf("bench: producers must be 0..256, got %d", cfg.Producers)
+	case slices.ContainsFunc(cfg.Rates, func(r int) bool { return r < 1 }):
+		return fmt.Errorf("bench: rates must be at least 1 message/s, got %v", cfg.Rates)
+	case cfg.PhaseDuration < time.Second:
+		return fmt.Errorf("bench: phase duration must be at least 1s, got %s", cfg.PhaseDuration)
 	case cfg.LeaseFor < time.Second || cfg.LeaseFor > leasing.MaxLeaseDuration:
 		return fmt.Errorf("bench: lease must be 1s..%s, got %s", leasing.MaxLeaseDuration, cfg.LeaseFor)
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
@@ -30,13 +32,17 @@ func Main(ctx context.Context, adminURL string, args []string, stdout, stderr io
 	if f, ok := stderr.(*os.File); ok && IsTerminal(f) && !cfg.JSON {
 		cfg.Progress = stderr
 	}
+	if cfg.Producers > 0 {
+		cfg = cfg.withDefaults()
+		if _, err := runProducers(ctx, cfg, stdout); err != nil {
+			fmt.Fprintln(stderr, prefixed(err))
+			return 1
+		}
+		return 0
+	}
 	res, err := Run(ctx, cfg, stdout)
 	if err != nil {
-		msg := pgadmin.ErrorText(err) // a refused connection listed once
-		if !strings.HasPrefix(msg, "bench: ") {
-			msg = "bench: " + msg
-		}
-		fmt.Fprintln(stderr, msg)
+		fmt.Fprintln(stderr, prefixed(err))
 		return 1
 	}
 	for _, d := range res.Drains() {
@@ -83,6 +89,18 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.StringVar(&cfg.Pgbench, "pgbench", "", "pgbench binary (default: PATH, else /usr/lib/postgresql/*/bin)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the result as JSON")
+	fs.IntVar(&cfg.Producers, "producers", 0, "producer mode: this many producers commit one message per transaction; measures the work signal's cost (with vs without) and pickup latency instead of a drain")
+	fs.Func("rate", "producer mode: combined rate in messages/s of a pickup phase; repeat or comma-separate (default 100,1000; a last phase always runs at full speed)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || r < 1 {
+				return fmt.Errorf("want a positive integer, got %q", f)
+			}
+			cfg.Rates = append(cfg.Rates, r)
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.PhaseDuration, "phase", 10*time.Second, "producer mode: length of each phase")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: bench [flags]\n\n"+
 			"Creates a database, fills it, drains it through the leasing API and with pgbench,\n"+
@@ -127,4 +145,14 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 func (cfg Config) validateFlags() error {
 	cfg.AdminURL = "-"
 	return cfg.validate()
+}
+
+// prefixed returns err's text, a refused connection listed once, with the
+// "bench: " prefix.
+func prefixed(err error) string {
+	msg := pgadmin.ErrorText(err)
+	if !strings.HasPrefix(msg, "bench: ") {
+		msg = "bench: " + msg
+	}
+	return msg
 }

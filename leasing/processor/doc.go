@@ -14,7 +14,9 @@
 //
 //   - Claim: a batch of up to BatchSize is claimed whenever fewer than
 //     Concurrency leases are held, at once after a full batch, else after
-//     PollInterval or a WorkSignal wake. At most Concurrency+BatchSize-1
+//     PollInterval or a WorkSignal wake; with a WorkSignal, also 2, 4, ...
+//     64 ms after a claim that found work, while claims find nothing, and
+//     PollInterval is the ceiling an idle processor polls at. At most Concurrency+BatchSize-1
 //     leases are held; those beyond the free slots wait, FIFO. A claim call
 //     is given LeaseDuration to return; after a failed one the processor
 //     waits PollInterval, and for one LeaseDuration precedes each claim

@@ -179,6 +179,7 @@ func TestLogging(t *testing.T) {
 	t.Run("VacuumRuns", func(t *testing.T) {
 		t.Parallel()
 		b := setupProcessor(t, leasing.Inbox)
+		b.enqueue(t, 1) // the vacuum policy checks only after the processor wrote
 		store := &vacuumStore{Store: b.mem}
 		rec := logtest.New(slog.LevelDebug)
 		r := b.start(t, store, func(context.Context, leasing.Lease) error { return nil },

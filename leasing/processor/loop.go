@@ -68,6 +68,7 @@ func (r *run) loop(ctx context.Context) {
 	defer poll.Stop()
 	pollAt := time.Now().Add(p.opts.PollInterval)
 	due := true // whether due messages may be waiting: claim when a slot frees
+	var idle pollBackoff
 	for {
 		r.dispatch()
 		if ctx.Err() != nil {
@@ -79,9 +80,17 @@ func (r *run) loop(ctx context.Context) {
 		default:
 		}
 		if due && r.running+len(r.waiting) < p.opts.Concurrency {
-			due = r.claim()
-			poll.Reset(p.opts.PollInterval)
-			pollAt = time.Now().Add(p.opts.PollInterval)
+			var found int
+			due, found = r.claim()
+			wait := p.opts.PollInterval
+			switch {
+			case found < 0: // failed: wait PollInterval, then back off anew
+				idle = pollBackoff{}
+			case wake != nil:
+				wait = idle.next(found > 0, p.opts.PollInterval)
+			}
+			poll.Reset(wait)
+			pollAt = time.Now().Add(wait)
 			continue
 		}
 		select {
@@ -112,12 +121,47 @@ func (r *run) loop(ctx context.Context) {
 	}
 }
 
+// Poll backoff with a WorkSignal. The signal (the insert trigger of
+// migration 00009) is rate-limited, about 100 notifications a second per
+// table at most, so a row that commits just after the notification that
+// woke the processor may have none of its own: after a claim that found
+// work the processor claims again signalRepoll later, and while claims
+// find nothing doubles the wait up to signalRepollMax (2, 4, ... 64 ms:
+// 126 ms in all); after that it waits PollInterval, the ceiling, between
+// claims until a wake comes.
+const (
+	signalRepoll    = 2 * time.Millisecond
+	signalRepollMax = 64 * time.Millisecond
+)
+
+// pollBackoff is the wait before the next poll of a processor with a
+// WorkSignal.
+type pollBackoff struct {
+	wait time.Duration // last short wait; 0 once at the ceiling
+}
+
+// next returns the wait after a claim that found work (found) or found
+// none, at most ceiling.
+func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
+	switch {
+	case found:
+		b.wait = signalRepoll
+	case b.wait > 0 && b.wait < signalRepollMax:
+		b.wait *= 2
+	default:
+		b.wait = 0
+		return ceiling
+	}
+	return min(b.wait, ceiling)
+}
+
 // claim takes one batch and queues it for dispatch. It reports whether the
-// batch was full, so that more messages may be due.
-func (r *run) claim() bool {
+// batch was full, so that more messages may be due, and how many messages
+// it took (leased or parked), -1 when it failed.
+func (r *run) claim() (full bool, found int) {
 	p := r.p
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
-		return false
+		return false, -1
 	}
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
@@ -141,11 +185,14 @@ func (r *run) claim() bool {
 		// from now, not from when the claim was sent: a slow claim's
 		// leases expire one lease duration after it ran.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
-		return false
+		return false, -1
 	}
 	count(p.metrics.acquired, len(leases))
+	if len(leases)+parked > 0 {
+		p.noteWrite()
+	}
 	r.waiting = append(r.waiting, r.book.track(r.base, leases, sent)...)
-	return len(leases)+parked >= p.opts.BatchSize
+	return len(leases)+parked >= p.opts.BatchSize, len(leases) + parked
 }
 
 // sweepOrphans releases the rows leased to this processor's owner that it

@@ -15,7 +15,11 @@ const (
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultConcurrency   = 4
 	DefaultPollInterval  = time.Second
-	DefaultShutdownGrace = 10 * time.Second
+	// DefaultSignalledPollInterval is the PollInterval of Options with a
+	// WorkSignal and no PollInterval: the signal wakes the processor, the
+	// poll only covers what the signal missed.
+	DefaultSignalledPollInterval = 10 * time.Second
+	DefaultShutdownGrace         = 10 * time.Second
 	// DefaultHandlerTimeout is the HandlerTimeout of zero Options.
 	DefaultHandlerTimeout = time.Minute
 )
@@ -52,8 +56,16 @@ type Options struct {
 	// running at once, 1..MaxConcurrency. Defaults to 4.
 	Concurrency int
 	// PollInterval is the longest wait between two claims while slots are
-	// free and the last claim found too few due messages, > 0. Defaults to
-	// 1 second.
+	// free and the last claim found too few due messages, > 0: a message
+	// due while no signal arrives is claimed within it. Without a
+	// WorkSignal the processor claims every PollInterval. With one it is
+	// the ceiling the polling backs off to: the processor claims again 2
+	// ms after a claim that found work (a row that commits just after a
+	// wake may have no notification of its own; see migration 00009),
+	// doubling the wait while claims find nothing, 2, 4, ... 64 ms (126
+	// ms in all), then every PollInterval until a wake. An idle processor
+	// thus sends one claim per PollInterval. Defaults to 1 second, or
+	// DefaultSignalledPollInterval (10 seconds) with a WorkSignal.
 	PollInterval time.Duration
 	// RetryPolicy decides the retry delay after a handler error and when
 	// to dead-letter. Defaults to the zero RetryPolicy (5 attempts, 1s
@@ -146,6 +158,9 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
+		if o.WorkSignal != nil {
+			o.PollInterval = DefaultSignalledPollInterval
+		}
 	}
 	if err := leasing.ValidatePositive("poll interval", o.PollInterval); err != nil {
 		return o, claim, err

@@ -96,6 +96,11 @@ type Processor struct {
 	// duration and tenant, checked by New.
 	claimRequest leasing.ClaimRequest
 
+	// wrote holds one value after the processor wrote rows (a claim that
+	// took messages, an outcome write) since the vacuum policy last took
+	// it: the policy reads the dead-row count only then.
+	wrote chan struct{}
+
 	stop     chan struct{} // closed when shutdown is requested
 	stopOnce sync.Once
 	done     chan struct{} // closed when Run returns
@@ -128,8 +133,16 @@ func New(store Store, handler Handler, opts Options) (*Processor, error) {
 	return &Processor{
 		store: store, handler: handler, opts: opts, metrics: m, claimRequest: claimRequest,
 		log:  newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
 	}, nil
+}
+
+// noteWrite tells the vacuum policy that the processor wrote rows.
+func (p *Processor) noteWrite() {
+	select {
+	case p.wrote <- struct{}{}:
+	default:
+	}
 }
 
 // Owner returns the lease owner name the processor claims with: the Owner
@@ -175,7 +188,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = KeepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.report) // the policy was validated by New
+			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.report, p.wrote) // the policy was validated by New
 		}
 	}()
 

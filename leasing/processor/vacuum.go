@@ -51,7 +51,9 @@ type VacuumPolicy struct {
 	// once a second, so at high rates VACUUM runs about once a second.
 	DeadRows int64
 	// CheckInterval is the time between two reads of the dead-row count,
-	// > 0. Defaults to DefaultVacuumCheckInterval (250 ms).
+	// > 0; a Processor reads it only after it wrote rows since the last
+	// read, so an idle one reads nothing. Defaults to
+	// DefaultVacuumCheckInterval (250 ms).
 	CheckInterval time.Duration
 	// DutyCycle bounds the share of wall time this policy spends in
 	// VACUUM, in (0, 1]: after a VACUUM that took d, the next one starts
@@ -89,11 +91,19 @@ func (p VacuumPolicy) resolve() (VacuumPolicy, error) {
 // ctx ends, and returns nil then. Errors go to onError (when not nil) and
 // the loop goes on, except leasing.ErrVacuumNotAllowed, which it reports
 // once and returns nil. A disabled policy returns at once. Processors on a
-// Vacuumer store run it with Options.Vacuum.
+// Vacuumer store run the same loop with Options.Vacuum, but check only
+// after they wrote rows since their last check (at most once per
+// CheckInterval), so that an idle processor sends nothing.
 //
 // Errors: a *leasing.ArgumentError for a nil store or a bad policy, before
 // anything runs.
 func KeepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onError func(error)) error {
+	return keepVacuumed(ctx, store, policy, onError, nil)
+}
+
+// keepVacuumed is KeepVacuumed; when wrote is not nil, each check also
+// waits for a value from wrote, sent after the caller wrote rows.
+func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onError func(error), wrote <-chan struct{}) error {
 	if store == nil {
 		return argumentError("store", "must not be nil")
 	}
@@ -105,6 +115,13 @@ func KeepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 	for {
 		if !pause(ctx, wait) {
 			return nil
+		}
+		if wrote != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-wrote:
+			}
 		}
 		v, err := store.VacuumIfDead(ctx, policy.DeadRows)
 		if err != nil && ctx.Err() == nil && onError != nil {
