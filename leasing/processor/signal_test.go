@@ -101,8 +101,11 @@ func TestVacuumChecksOnlyAfterWrites(t *testing.T) {
 	id := b.enqueue(t, 1)[0]
 	waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "message handled")
 	waitFor(t, func() bool { return store.vacuumChecks.Load() >= 1 }, "a vacuum check after the writes")
-	time.Sleep(50 * time.Millisecond) // the check after the last write
+	// The policy goes on checking for 2 s after the last write (the
+	// statistics' delay, vacuumStatsLag), then stops.
+	time.Sleep(2300 * time.Millisecond)
 	settled := store.vacuumChecks.Load()
+	require.Greater(t, settled, int64(1), "checks go on while the last writes' dead rows reach the statistics")
 	claims := store.claims.Load()
 	time.Sleep(100 * time.Millisecond) // 20 check intervals
 	require.Greater(t, store.claims.Load(), claims, "still polling")

@@ -51,8 +51,9 @@ type VacuumPolicy struct {
 	// once a second, so at high rates VACUUM runs about once a second.
 	DeadRows int64
 	// CheckInterval is the time between two reads of the dead-row count,
-	// > 0; a Processor reads it only after it wrote rows since the last
-	// read, so an idle one reads nothing. Defaults to
+	// > 0; a Processor reads it only while it wrote rows in the last 2
+	// seconds (the statistics report dead rows about a second late), so
+	// an idle one reads nothing. Defaults to
 	// DefaultVacuumCheckInterval (250 ms).
 	CheckInterval time.Duration
 	// DutyCycle bounds the share of wall time this policy spends in
@@ -92,7 +93,7 @@ func (p VacuumPolicy) resolve() (VacuumPolicy, error) {
 // the loop goes on, except leasing.ErrVacuumNotAllowed, which it reports
 // once and returns nil. A disabled policy returns at once. Processors on a
 // Vacuumer store run the same loop with Options.Vacuum, but check only
-// after they wrote rows since their last check (at most once per
+// while they wrote rows in the last vacuumStatsLag (at most once per
 // CheckInterval), so that an idle processor sends nothing.
 //
 // Errors: a *leasing.ArgumentError for a nil store or a bad policy, before
@@ -101,8 +102,15 @@ func KeepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 	return keepVacuumed(ctx, store, policy, onError, nil)
 }
 
-// keepVacuumed is KeepVacuumed; when wrote is not nil, each check also
-// waits for a value from wrote, sent after the caller wrote rows.
+// vacuumStatsLag is how long a processor's vacuum policy goes on checking
+// after its last write: backends report their dead rows to the statistics
+// at most about once a second, so the rows of the last writes before the
+// processor went idle reach n_dead_tup up to a second or so later.
+const vacuumStatsLag = 2 * time.Second
+
+// keepVacuumed is KeepVacuumed; when wrote is not nil (sent to after the
+// caller wrote rows), a check waits for a write unless the last one came
+// less than vacuumStatsLag ago.
 func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onError func(error), wrote <-chan struct{}) error {
 	if store == nil {
 		return argumentError("store", "must not be nil")
@@ -112,15 +120,24 @@ func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 		return err
 	}
 	wait := policy.CheckInterval
+	var lastWrite time.Time // none yet: wait for the first
 	for {
 		if !pause(ctx, wait) {
 			return nil
 		}
 		if wrote != nil {
 			select {
-			case <-ctx.Done():
-				return nil
 			case <-wrote:
+				lastWrite = time.Now()
+			default:
+			}
+			if time.Since(lastWrite) > vacuumStatsLag {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-wrote:
+					lastWrite = time.Now()
+				}
 			}
 		}
 		v, err := store.VacuumIfDead(ctx, policy.DeadRows)
