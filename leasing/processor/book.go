@@ -286,6 +286,7 @@ func (hb heartbeat) renew(ctx context.Context) {
 		leases = leases[len(batch):]
 		sent := time.Now()
 		res, err := p.store.Renew(rctx, p.opts.LeaseDuration, batch...)
+		p.noteWrite() // a renew leaves dead row versions too
 		if err != nil {
 			if ctx.Err() == nil { // not the heartbeat stopping
 				p.renewFailed(len(batch), err)

@@ -51,9 +51,9 @@ type VacuumPolicy struct {
 	// once a second, so at high rates VACUUM runs about once a second.
 	DeadRows int64
 	// CheckInterval is the time between two reads of the dead-row count,
-	// > 0; a Processor reads it only while it wrote rows in the last 2
-	// seconds (the statistics report dead rows about a second late), so
-	// an idle one reads nothing. Defaults to
+	// > 0; a Processor reads it only while it wrote rows (claims, renews,
+	// outcomes) in the last 11 seconds (the statistics may report dead
+	// rows up to about 10 seconds late), so an idle one reads nothing. Defaults to
 	// DefaultVacuumCheckInterval (250 ms).
 	CheckInterval time.Duration
 	// DutyCycle bounds the share of wall time this policy spends in
@@ -103,10 +103,12 @@ func KeepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 }
 
 // vacuumStatsLag is how long a processor's vacuum policy goes on checking
-// after its last write: backends report their dead rows to the statistics
-// at most about once a second, so the rows of the last writes before the
-// processor went idle reach n_dead_tup up to a second or so later.
-const vacuumStatsLag = 2 * time.Second
+// after its last write: a backend sends its statistics at most once a
+// second, and what its last transactions left before it went idle waits
+// for its idle flush, 10 seconds later (PostgreSQL 15's
+// PGSTAT_IDLE_INTERVAL), so the dead rows of a processor's last writes
+// reach n_dead_tup up to about 10 seconds after them.
+const vacuumStatsLag = 11 * time.Second
 
 // keepVacuumed is KeepVacuumed; when wrote is not nil (sent to after the
 // caller wrote rows), a check waits for a write unless the last one came
