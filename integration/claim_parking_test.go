@@ -254,3 +254,42 @@ func TestProcessorParksBadRows(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLetterByIDAtGenerationLimit: an operator's dead-letter of a
+// message leased at lease_generation's limit (claimed at the limit minus
+// one, which the claim still takes) dead-letters it instead of failing
+// with bigint out of range; the generation stays and the holder's write
+// reports terminal.
+func TestDeadLetterByIDAtGenerationLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := freshURL(t)
+	pool := newPool(t, url, "leasestore-dead-letter-limit", 2)
+	for _, q := range queuesBoth {
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		msg := leasing.NewMessage{}
+		if q == leasing.Outbox {
+			msg.Topic = "t"
+		}
+		res, err := store.Enqueue(ctx, msg)
+		require.NoError(t, err)
+		id := res.IDs[0]
+		_, err = pool.Exec(ctx, "UPDATE "+tableOf(q)+" SET lease_generation = 9223372036854775806 WHERE message_id = $1", id)
+		require.NoError(t, err)
+		leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 1, LeaseFor: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, leases, 1)
+		require.Equal(t, int64(9223372036854775807), leases[0].Generation)
+
+		_, err = store.DeadLetterByID(ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: "poison", Force: true})
+		require.NoError(t, err, q)
+		row, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, leasing.StatusDeadLettered, row.Status)
+		require.Equal(t, int64(9223372036854775807), row.LeaseGeneration)
+		w, err := store.Complete(ctx, leases[0])
+		require.NoError(t, err)
+		require.Equal(t, leasing.OutcomeTerminal, w.Outcomes[0].Outcome, q)
+	}
+}

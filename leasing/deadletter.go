@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -157,7 +158,9 @@ func (m *Memory) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) (A
 	if inFlight {
 		a.Generation, a.Owner, a.ClaimedAt = row.LeaseGeneration, row.LeaseOwner, cloneTime(row.LastAttemptedAt)
 		a.Forced = live && row.LeaseExpiresAt != nil
-		row.LeaseGeneration++
+		if row.LeaseGeneration < math.MaxInt64 { // as the SQL: at the limit it stays
+			row.LeaseGeneration++
+		}
 	}
 	dead := now
 	row.Status, row.DeadLetteredAt, row.LastError = StatusDeadLettered, &dead, SanitizeError(r.Reason)

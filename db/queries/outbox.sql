@@ -406,7 +406,11 @@ WITH locked AS (
         last_error       = @reason::text,
         lease_owner      = NULL,
         lease_expires_at = NULL,
-        lease_generation = CASE WHEN m.status = 'publishing' THEN m.lease_generation + 1 ELSE m.lease_generation END,
+        -- At bigint's limit the generation stays: the row is dead-lettered, so
+        -- its holder's writes already report terminal, and a claim after a
+        -- requeue parks it.
+        lease_generation = CASE WHEN m.status = 'publishing' AND m.lease_generation < 9223372036854775807
+                                THEN m.lease_generation + 1 ELSE m.lease_generation END,
         attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
               ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'attempt', m.attempt_count,
