@@ -401,19 +401,39 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 	return res, err
 }
 
+// openStore connects to dbURL with a pool of maxConns connections (0:
+// pgxpool's default), migrates the schema up and returns queue q's store.
+// Close its Pool when done.
+func openStore(ctx context.Context, dbURL string, maxConns int32, q leasing.Queue) (*leasing.Postgres, error) {
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if maxConns > 0 {
+		poolCfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+	if err == nil {
+		_, err = db.MigrateUp(ctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return store, nil
+}
+
 func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
-	pool, err := pgxpool.New(ctx, dbURL)
+	store, err := openStore(ctx, dbURL, 0, cfg.Queue)
 	if err != nil {
-		return fmt.Errorf("bench: connect: %w", err)
+		return err
 	}
+	pool := store.Pool()
 	defer pool.Close()
-	if _, err := db.MigrateUp(ctx, pool); err != nil {
-		return err
-	}
-	store, err := leasing.NewPostgres(pool, cfg.Queue, leasing.PostgresOptions{})
-	if err != nil {
-		return err
-	}
 	t := tableOf(cfg.Queue)
 	progress := newProgress(cfg.Progress)
 

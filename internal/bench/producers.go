@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -153,23 +152,12 @@ func runProducers(ctx context.Context, cfg Config, out io.Writer) (res ProducerR
 }
 
 func producerPhases(ctx context.Context, cfg Config, dbURL string, res *ProducerResult) error {
-	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	store, err := openStore(ctx, dbURL, int32(cfg.Producers+8), cfg.Queue)
 	if err != nil {
 		return err
 	}
-	poolCfg.MaxConns = int32(cfg.Producers + 8)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("bench: connect: %w", err)
-	}
+	pool := store.Pool()
 	defer pool.Close()
-	if _, err := db.MigrateUp(ctx, pool); err != nil {
-		return err
-	}
-	store, err := leasing.NewPostgres(pool, cfg.Queue, leasing.PostgresOptions{})
-	if err != nil {
-		return err
-	}
 	t := tableOf(cfg.Queue)
 	progress := newProgress(cfg.Progress)
 	defer progress.done()
