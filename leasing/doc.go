@@ -14,6 +14,11 @@
 // computed from the store's clock: the database's for [Postgres], never the
 // caller's.
 //
+// With a TracerProvider in [PostgresOptions] or [MemoryOptions], an
+// enqueue starts a "send <queue>" span and stores its W3C trace context
+// in each message's headers ([HeaderTraceParent]); [Message.SpanContext]
+// reads it back, and the processor links each attempt's span to it.
+//
 // The runtime over a Store (a claim loop with worker slots, a heartbeat
 // that renews, a writer that batches outcomes, retries, metrics and the
 // LISTEN work signal) is package leasing/processor.

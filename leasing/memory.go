@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MemoryOptions configures a Memory store.
@@ -18,6 +19,11 @@ type MemoryOptions struct {
 	// Now is the store's clock, the stand-in for the database clock.
 	// Defaults to time.Now. Times are kept to the microsecond, like PostgreSQL.
 	Now func() time.Time
+	// TracerProvider, when not nil, traces enqueues as
+	// PostgresOptions.TracerProvider does: a "send <queue>" span per
+	// Enqueue, its trace context stored in the messages' headers. nil, the
+	// default, starts no span and adds no header.
+	TracerProvider trace.TracerProvider
 }
 
 // Memory is an in-process Store with the same semantics as Postgres, for
@@ -29,8 +35,9 @@ type MemoryOptions struct {
 // no lease expiry (see Load): a claim reclaims such a row once its last
 // attempt (or, without one, its creation) is older than the claim's LeaseFor.
 type Memory struct {
-	queue Queue
-	now   func() time.Time
+	queue   Queue
+	now     func() time.Time
+	tracing tracing
 
 	mu   sync.Mutex
 	rows map[uuid.UUID]*Row
@@ -49,7 +56,7 @@ func NewMemory(q Queue, opts MemoryOptions) (*Memory, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{queue: q, now: now, rows: make(map[uuid.UUID]*Row)}, nil
+	return &Memory{queue: q, now: now, tracing: newTracing(opts.TracerProvider), rows: make(map[uuid.UUID]*Row)}, nil
 }
 
 // Queue returns the queue this store serves.
@@ -84,14 +91,16 @@ func (m *Memory) Load(rows ...Row) error {
 //
 // Errors: as Postgres; ErrDuplicate on the outbox for an id already present
 // (nothing is inserted then).
-func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
-	msgs, err := validateMessages(m.queue, msgs)
+func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (res EnqueueResult, err error) {
+	msgs, err = validateMessages(m.queue, msgs)
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	_, span, msgs := m.tracing.send(ctx, m.queue, msgs)
+	defer func() { endSend(span, len(res.Duplicates), err) }()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	inserted := []uuid.UUID{}

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasestore/leasestore/gen"
 )
 
@@ -53,6 +55,18 @@ type PostgresOptions struct {
 	// runs (see Postgres.CheckSchema), for tools that must work on a
 	// database whose schema is behind, such as leasectl doctor.
 	SkipSchemaCheck bool
+
+	// TracerProvider, when not nil, traces enqueues: Enqueue, EnqueueTx
+	// and EnqueueCopy each start a "send <queue>" span (kind producer), a
+	// child of the span in their context, and store its W3C trace context
+	// in every message's headers (HeaderTraceParent, HeaderTraceState),
+	// where the processor's process span links to it. A message whose
+	// headers hold a traceparent or tracestate already keeps its headers
+	// as they are. The span ends when the call returns, so for EnqueueTx
+	// and EnqueueCopy before the caller's transaction commits or rolls
+	// back. nil, the default, starts no span and adds no header.
+	// MemoryOptions.TracerProvider is the same for Memory.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultLockTimeout is PostgresOptions.LockTimeout when it is 0: 5
@@ -106,6 +120,7 @@ type Postgres struct {
 	sql         queueSQL
 	now         func() time.Time
 	lockTimeout string // lock_timeout setting, e.g. "5000ms"
+	tracing     tracing
 
 	schemaMu sync.Mutex  // held while the lazy schema check runs
 	schemaOK atomic.Bool // the schema check passed, or is skipped
@@ -140,7 +155,7 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout}
+	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout, tracing: newTracing(opts.TracerProvider)}
 	s.schemaOK.Store(opts.SkipSchemaCheck)
 	return s, nil
 }
@@ -231,11 +246,13 @@ func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage)
 }
 
 // enqueue inserts msgs in tx, or in a transaction of its own when tx is nil.
-func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (EnqueueResult, error) {
-	msgs, err := validateMessages(s.queue, msgs)
+func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (res EnqueueResult, err error) {
+	msgs, err = validateMessages(s.queue, msgs)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	ctx, span, msgs := s.tracing.send(ctx, s.queue, msgs)
+	defer func() { endSend(span, len(res.Duplicates), err) }()
 	now := s.pinned()
 	var inserted []uuid.UUID
 	if tx != nil {
@@ -271,9 +288,13 @@ func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessag
 		}
 		ids[i] = m.ID
 	}
+	ctx, span, msgs := s.tracing.send(ctx, s.queue, msgs)
 	if _, err := s.sql.enqueueCopy(ctx, tx, msgs); err != nil {
-		return nil, fmt.Errorf("leasing: copy into %s: %w", s.queue, err)
+		err = fmt.Errorf("leasing: copy into %s: %w", s.queue, err)
+		endSend(span, 0, err)
+		return nil, err
 	}
+	endSend(span, 0, nil)
 	return ids, nil
 }
 

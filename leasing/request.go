@@ -68,7 +68,10 @@ type NewMessage struct {
 	Type string
 	// Payload is the body, 0..MaxPayloadBytes bytes; nil is stored as empty.
 	Payload []byte
-	// Headers is a JSON object or empty (stored as {}).
+	// Headers is a JSON object or empty (stored as {}). A store with a
+	// TracerProvider adds the enqueue's trace context as the keys
+	// traceparent and tracestate (HeaderTraceParent), unless the object
+	// holds either already.
 	Headers json.RawMessage
 	// TenantID is empty for no tenant.
 	TenantID string

@@ -6,8 +6,9 @@
 // Along the way it shows the parts a production setup uses: goose
 // migrations (db.MigrateUp), a Listener per processor as work signal
 // (LISTEN/NOTIFY), the heartbeat keeping a message that runs longer than its
-// lease, a retry after a failed first delivery, OpenTelemetry counters and
-// queue depth gauges. It exits 1 when a check fails.
+// lease, a retry after a failed first delivery, OpenTelemetry counters,
+// histograms and queue depth gauges, and the trace of one message from its
+// enqueue to its outcome (trace.go). It exits 1 when a check fails.
 //
 // It works in a database of its own, leasestore_demo_<random>, created on
 // the server of -database-url (default $DATABASE_URL, else the local
@@ -131,6 +132,10 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	fmt.Fprintln(out, "\nOpenTelemetry instruments (manual reader):")
 	printMetrics(out, rm)
+	printHistograms(out, rm)
+	if err := printTrace(ctx, out, pool); err != nil {
+		return err
+	}
 
 	if len(failed) > 0 {
 		for _, p := range failed {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -30,6 +31,10 @@ type heldLease struct {
 	timedOut bool // its handler ran past HandlerTimeout: the timeout's outcome is written, not the handler's
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	// span is the process span of its handler's attempt, nil without
+	// tracing or before the handler starts; set by the worker before the
+	// timeout starts, ended by the outcome's write or by a lost lease.
+	span trace.Span
 }
 
 // book is the set of leases one Run holds, from claim until the outcome is
@@ -105,6 +110,13 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	}
 	h.state = state
 	return h.lease, true
+}
+
+// isLost reports whether h was lost.
+func (b *book) isLost(h *heldLease) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.lost
 }
 
 // timeOut moves h, whose handler ran past HandlerTimeout, on to
@@ -285,8 +297,10 @@ func (hb heartbeat) renew(ctx context.Context) {
 		batch := leases[:min(len(leases), leasing.MaxBatchSize)]
 		leases = leases[len(batch):]
 		sent := time.Now()
-		res, err := p.store.Renew(rctx, p.opts.LeaseDuration, batch...)
+		sctx, span := p.tracer.startRenew(rctx, len(batch))
+		res, err := p.store.Renew(sctx, p.opts.LeaseDuration, batch...)
 		p.noteWrite() // a renew leaves dead row versions too
+		endRenew(span, res, err)
 		if err != nil {
 			if ctx.Err() == nil { // not the heartbeat stopping
 				p.renewFailed(len(batch), err)

@@ -146,4 +146,50 @@
 //     (dead_rows, duration).
 //
 // Errors go to OnError as well, as before.
+//
+// # Tracing
+//
+// Options.TracerProvider takes an OpenTelemetry trace.TracerProvider (your
+// SDK's); nil (the default) starts no span. No global provider or
+// propagator is read. With leasing.PostgresOptions.TracerProvider (or
+// MemoryOptions') set on the producer's store, each Enqueue, EnqueueTx and
+// EnqueueCopy starts a "send <queue>" span (kind producer, a child of the
+// caller's span) and stores its W3C trace context in each message's
+// headers, traceparent and tracestate; a message that has either header
+// already keeps its headers. leasing.Message.SpanContext reads it back.
+// Spans follow the OpenTelemetry messaging conventions, with
+// messaging.system "leasestore", messaging.destination.name the queue and
+// messaging.client.id the processor's lease owner:
+//
+//   - "claim <queue>" (client, a root, messaging.operation.type receive):
+//     one per claim that took or parked messages or failed, so an idle
+//     processor's polls trace nothing; leasestore.claim.batch_size,
+//     messaging.batch.message_count (leases), leasestore.parked, a link to
+//     each lease's enqueue span.
+//   - "process <queue>" (consumer, type process): one per attempt, a child
+//     of the claim that leased the message and linked (not parented) to
+//     its enqueue span, so a retry is a new span linked to the same
+//     producer. The handler's context carries it: start your spans from
+//     that context, and inject it into what a Publisher sends on.
+//     Attributes messaging.message.id, messaging.message.body.size,
+//     leasestore.attempt, leasestore.lease.generation,
+//     leasestore.tenant_id, leasestore.message.type and leasestore.topic
+//     (those two when not empty). It ends once the attempt's outcome is
+//     written, with leasestore.outcome = succeeded, failed, dead_lettered
+//     or lost (nothing written), leasestore.write.outcome the store's
+//     leasing.Outcome, status error unless it succeeded, and error.type
+//     handler_error, panic (the panic recorded as an exception event),
+//     timeout (a "handler timed out" event), attempts_exhausted, shutdown
+//     or lease_lost.
+//   - "renew <queue>" (client, a root): one per Renew call of the
+//     heartbeat; messaging.batch.message_count, leasestore.renew.renewed,
+//     leasestore.renew.lost.
+//   - "complete|fail|dead_letter|release <queue>" (client, a root, type
+//     settle): one per outcome write, its tries included (a failed try is
+//     a "write failed" event); messaging.batch.message_count,
+//     leasestore.write.succeeded, leasestore.write.rejected, a link to
+//     each attempt's process span.
+//
+// A sampler decides as usual: the process spans of a claim follow the
+// claim span's decision (their parent), not the producer's.
 package processor

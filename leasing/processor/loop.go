@@ -178,6 +178,7 @@ func (r *run) claim() (full bool, found int) {
 		err = nil
 	}
 	if err != nil {
+		p.tracer.claimed(r.base, sent, p.claimRequest, nil, 0, err)
 		p.claimFailed(err)
 		// The claim may have committed before its reply was lost; its
 		// leases would then count an attempt nobody ran. Past one lease
@@ -191,7 +192,8 @@ func (r *run) claim() (full bool, found int) {
 	if len(leases)+parked > 0 {
 		p.noteWrite()
 	}
-	r.waiting = append(r.waiting, r.book.track(r.base, leases, sent)...)
+	base := p.tracer.claimed(r.base, sent, p.claimRequest, leases, parked, nil)
+	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
 	return len(leases)+parked >= p.opts.BatchSize, len(leases) + parked
 }
 
@@ -226,8 +228,10 @@ func (r *run) dispatch() {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
+			h.span = span // before the timeout starts, and read after the outcome's submit
 			stopTimeout := r.startTimeout(h)
-			err := r.handle(h.ctx, lease)
+			err := r.handle(ctx, lease)
 			stopTimeout()
 			r.finish(h, err)
 			// One wake-up for all the workers that finish before the loop
@@ -254,7 +258,7 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 		if v := recover(); v != nil {
 			stack := debug.Stack()
 			r.p.handlerPanicked(lease, v, stack)
-			err = fmt.Errorf("processor: handler panicked: %v\n%s", v, stack)
+			err = fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
 		}
 	}()
 	return r.p.handler(ctx, lease)
@@ -295,6 +299,7 @@ func (r *run) timeOut(h *heldLease) {
 		return
 	}
 	r.p.handlerTimedOut(lease)
+	handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	h.cancel(err)
 	r.w.submit(r.outcome(h, lease, err))
@@ -305,8 +310,12 @@ func (r *run) timeOut(h *heldLease) {
 func (r *run) finish(h *heldLease, err error) {
 	lease, ok := r.book.advance(h, stateWriting)
 	if !ok {
+		if r.book.isLost(h) { // else timed out: the timeout's write ends the span
+			endLost(h.span)
+		}
 		return
 	}
+	handlerReturned(h.span, err)
 	pw := r.outcome(h, lease, err)
 	h.cancel(context.Canceled)
 	r.w.submit(pw)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -92,6 +93,14 @@ type Options struct {
 	// Meter receives the processor counters (see the package
 	// documentation). nil records nothing.
 	Meter metric.Meter
+	// TracerProvider, when not nil, traces the processor (see the package
+	// documentation, Tracing): a "process <queue>" span per handled
+	// message, linked to the trace context its enqueue stored in its
+	// headers (leasing.PostgresOptions.TracerProvider) and carried by the
+	// handler's context, and a span per claim that took or parked
+	// messages, per renew and per outcome write. nil, the default, starts
+	// no span.
+	TracerProvider trace.TracerProvider
 	// Logger, when not nil, receives the processor's structured events
 	// (see the package documentation, Logging), each with the attributes
 	// queue and owner. nil, the default, logs nothing: a library should not

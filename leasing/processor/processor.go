@@ -76,6 +76,9 @@ var ErrShutdown = errors.New("processor: shut down")
 // "processor: handler timed out after 1m0s".
 var ErrHandlerTimeout = errors.New("processor: handler timed out")
 
+// errHandlerPanicked wraps the error of an attempt whose handler panicked.
+var errHandlerPanicked = errors.New("processor: handler panicked")
+
 // ErrAttemptsExhausted is the error a Processor dead-letters a message with,
 // without running its handler, when the message was claimed more than
 // RetryPolicy.MaxAttempts times: the earlier attempts ended without an
@@ -91,6 +94,7 @@ type Processor struct {
 	handler Handler
 	opts    Options // resolved: no zero fields left
 	metrics *metrics
+	tracer  tracer // opts.TracerProvider's; starts no span when nil
 	log     logger // opts.Logger with the queue and owner; writes nothing when nil
 	// claimRequest is what every claim sends: owner, batch size, lease
 	// duration and tenant, checked by New.
@@ -132,8 +136,9 @@ func New(store Store, handler Handler, opts Options) (*Processor, error) {
 	}
 	return &Processor{
 		store: store, handler: handler, opts: opts, metrics: m, claimRequest: claimRequest,
-		log:  newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
-		stop: make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
+		log:    newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
+		tracer: newTracer(opts.TracerProvider, store.Queue(), claimRequest.Owner),
+		stop:   make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
 	}, nil
 }
 

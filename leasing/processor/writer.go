@@ -174,9 +174,11 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 			return p.store.DeadLetter(ctx, failures...)
 		}
 	}
+	span, call := p.tracer.startWrite(kind, g, call)
 	res, err := w.persist(p.metrics.timedWrite(kind, call))
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
+	endWrite(span, kind, g, res, err)
 	if err != nil {
 		p.writeGaveUp(kind, g, err)
 		return

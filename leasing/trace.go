@@ -1,0 +1,159 @@
+package leasing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The message headers that carry a producer's trace context, in the W3C
+// Trace Context format (https://www.w3.org/TR/trace-context/): a store
+// with a TracerProvider writes them at enqueue, Message.SpanContext reads
+// them.
+const (
+	// HeaderTraceParent holds the W3C traceparent of the enqueue's span,
+	// e.g. "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".
+	HeaderTraceParent = "traceparent"
+	// HeaderTraceState holds the W3C tracestate beside it, when not
+	// empty.
+	HeaderTraceState = "tracestate"
+)
+
+// TracerName is the instrumentation scope name of the spans the stores
+// start (trace.TracerProvider.Tracer).
+const TracerName = "github.com/leasestore/leasestore/leasing"
+
+// MessagingSystem is the messaging.system attribute of every span the
+// stores and the processor start.
+const MessagingSystem = "leasestore"
+
+// traceContext is the propagator of the trace headers.
+var traceContext = propagation.TraceContext{}
+
+// SpanContext returns the trace context the message was enqueued under,
+// read from its traceparent and tracestate headers (HeaderTraceParent),
+// marked remote; an invalid SpanContext (IsValid false) when the headers
+// hold none or an unparsable one. A consumer links its spans to it: the
+// processor's process span of the message does.
+func (m Message) SpanContext() trace.SpanContext {
+	if !bytes.Contains(m.Headers, []byte(HeaderTraceParent)) {
+		return trace.SpanContext{}
+	}
+	var h map[string]any
+	if json.Unmarshal(m.Headers, &h) != nil {
+		return trace.SpanContext{}
+	}
+	carrier := propagation.MapCarrier{}
+	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+		if s, ok := h[k].(string); ok {
+			carrier[k] = s
+		}
+	}
+	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
+}
+
+// tracing starts a store's send spans; the zero value, a store without a
+// TracerProvider, starts none and writes no trace headers.
+type tracing struct {
+	tracer trace.Tracer
+}
+
+func newTracing(tp trace.TracerProvider) tracing {
+	if tp == nil {
+		return tracing{}
+	}
+	return tracing{tracer: tp.Tracer(TracerName)}
+}
+
+// send starts the send span of an enqueue of msgs (validated) on queue q,
+// a child of ctx's span, and returns msgs with the span's trace context in
+// their headers. A message whose headers already hold a traceparent or a
+// tracestate keeps its headers unchanged: a caller that sets them on
+// purpose (a relay forwarding a producer's context) is not overwritten,
+// and no key appears twice. Without tracing it
+// returns ctx, a no-op span and msgs as they are.
+func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.Context, trace.Span, []NewMessage) {
+	if t.tracer == nil {
+		return ctx, trace.SpanFromContext(context.Background()), msgs // a no-op span
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", MessagingSystem),
+		attribute.String("messaging.operation.name", "send"),
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.destination.name", string(q)),
+	}
+	if len(msgs) == 1 {
+		attrs = append(attrs, attribute.String("messaging.message.id", msgs[0].ID.String()))
+	} else {
+		attrs = append(attrs, attribute.Int("messaging.batch.message_count", len(msgs)))
+	}
+	ctx, span := t.tracer.Start(ctx, "send "+string(q), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	carrier := propagation.MapCarrier{}
+	traceContext.Inject(ctx, carrier)
+	if carrier[HeaderTraceParent] == "" {
+		return ctx, span, msgs
+	}
+	for i := range msgs {
+		msgs[i].Headers = withTraceHeaders(msgs[i].Headers, carrier)
+	}
+	return ctx, span, msgs
+}
+
+// withTraceHeaders returns headers, a JSON object, with the carrier's
+// traceparent and tracestate added, or unchanged when it holds either
+// already. The caller's bytes are kept as they are, the keys
+// appended.
+func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) json.RawMessage {
+	headers = bytes.TrimSpace(headers)
+	empty := bytes.Equal(headers, []byte("{}"))
+	if !empty {
+		var h map[string]json.RawMessage
+		if json.Unmarshal(headers, &h) != nil {
+			return headers // validated as an object: not reached
+		}
+		for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+			if _, ok := h[k]; ok {
+				return headers
+			}
+		}
+		empty = len(h) == 0
+	}
+	out := make([]byte, 0, len(headers)+100)
+	out = append(out, headers[:len(headers)-1]...) // without the closing brace
+	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+		v := carrier[k]
+		if v == "" {
+			continue
+		}
+		if !empty {
+			out = append(out, ',')
+		}
+		empty = false
+		key, _ := json.Marshal(k)
+		val, _ := json.Marshal(v) // a string: cannot fail
+		out = append(append(append(out, key...), ':'), val...)
+	}
+	return append(out, '}')
+}
+
+// endSend ends the send span of an enqueue that returned err and reported
+// duplicates (inbox messages skipped as already present).
+func endSend(span trace.Span, duplicates int, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	if duplicates > 0 {
+		span.SetAttributes(attribute.Int("leasestore.duplicates", duplicates))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
