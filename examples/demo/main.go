@@ -43,6 +43,9 @@ import (
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
+// workTime is how long the demo's handler works on an ordinary message.
+const workTime = 10 * time.Millisecond
+
 // config holds the demo's settings.
 type config struct {
 	AdminURL string        // server to create the demo database on
@@ -199,6 +202,15 @@ func runQueue(ctx context.Context, out io.Writer, pool *pgxpool.Pool, store *lea
 			case l.Message.ID == slow:
 				select {
 				case <-time.After(cfg.Lease + cfg.Lease/2):
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			default:
+				// Simulated work: without it the instance that claims
+				// first can finish every message before the other's
+				// first claim on a busy machine.
+				select {
+				case <-time.After(workTime):
 				case <-ctx.Done():
 					return context.Cause(ctx)
 				}

@@ -33,13 +33,13 @@ func adminURL(t *testing.T) string {
 
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	err := run(context.Background(), &out, config{AdminURL: adminURL(t), Messages: 40, Batch: 10, Lease: time.Second})
+	err := run(context.Background(), &out, config{AdminURL: adminURL(t), Messages: 100, Batch: 10, Lease: time.Second})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "PASS: the instances claimed disjoint subsets and every message finished")
-	require.Regexp(t, `(?m)^  litebus\.inbox\.queue\.depth +completed +40$`, out.String())
-	require.Regexp(t, `(?m)^  litebus\.outbox\.queue\.depth +published +40$`, out.String())
+	require.Regexp(t, `(?m)^  litebus\.inbox\.queue\.depth +completed +100$`, out.String())
+	require.Regexp(t, `(?m)^  litebus\.outbox\.queue\.depth +published +100$`, out.String())
 
-	// Counter totals over both instances: 40 messages, one failing once,
+	// Counter totals over both instances: 100 messages, one failing once,
 	// none lost (the slow one was renewed, not reclaimed).
 	totals := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^  (litebus\.\S+) +demo/[AB] +(\d+)$`).FindAllStringSubmatch(out.String(), -1) {
@@ -49,7 +49,7 @@ func TestDemo(t *testing.T) {
 	}
 	for _, q := range []string{"inbox", "outbox"} {
 		succeeded := map[string]string{"inbox": "succeeded", "outbox": "published"}[q]
-		for name, want := range map[string]int{"leases_acquired": 41, succeeded: 40, "failed": 1} {
+		for name, want := range map[string]int{"leases_acquired": 101, succeeded: 100, "failed": 1} {
 			require.Equal(t, want, totals["litebus."+q+".processor."+name], "%s %s\n%s", q, name, out.String())
 		}
 		for _, name := range []string{"lease_lost", "dead_lettered", "persist_skipped", "persist_rejected"} {
