@@ -89,6 +89,7 @@ var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an 
 type Processor struct {
 	store   Store
 	handler Handler
+	batch   BatchHandler
 	opts    Options // resolved: no zero fields left
 	metrics *metrics
 	log     logger // opts.Logger with the queue and owner; writes nothing when nil
