@@ -72,6 +72,31 @@
 //     enough rows died, so that claims do not read ever more dead index
 //     entries between two autovacuum visits.
 //
+// # Batch handlers
+//
+// [NewBatch] makes a processor whose [BatchHandler] receives the leases of
+// one claim in one call, up to BatchSize of them, and returns one outcome
+// per lease (nil or an error, as a Handler's); [BatchPublisher] is its
+// outbox form. A batch is what one claim returned, less leases lost before
+// the call and those dead-lettered with [ErrAttemptsExhausted]: nothing
+// waits to fill a batch, so a quiet queue gives small calls at once.
+// Concurrency counts handler calls, so up to Concurrency × BatchSize leases
+// are held. Each lease keeps the lifecycle above: the heartbeat renews
+// every lease of a running call; a lease lost during the call is not
+// written (lease_lost, persist_skipped), and the call's context is
+// cancelled (cause leasing.ErrLeaseLost) only once every lease of it is
+// lost; the outcomes of a call go to the writer together, so they are
+// written by one store call per kind of outcome. A panic, or a result
+// whose length is not the number of leases ([ErrBatchLength]), fails
+// every lease of the call per the RetryPolicy. HandlerTimeout bounds the
+// call: past it the call's context is cancelled with [ErrHandlerTimeout]
+// and every lease still held is written failed at once. Shutdown cancels
+// the call's context with [ErrShutdown] after ShutdownGrace and writes
+// its errors without a retry delay, as for a Handler. handler_duration
+// records one value per call, outcome error when any lease's outcome is
+// an error; "handler panicked" and "handler timed out" are logged once per
+// call, with count and message_ids instead of one lease's attributes.
+//
 // # Clocks
 //
 // Lease expiry and visibility are the store's clock (the database's for
@@ -138,8 +163,9 @@
 //     allowed; the table is left to autovacuum", "listener connection
 //     lost; reconnecting" (backoff);
 //   - error: "handler panicked" (stack), "gave up writing outcomes"
-//     (operation, count, message_ids), "listener stopped: notifications do
-//     not arrive";
+//     (operation, count, message_ids), "batch handler returned the wrong
+//     number of outcomes" (count, message_ids, outcomes), "listener
+//     stopped: notifications do not arrive";
 //   - info: "listener connected" (backend_pid), after every LISTEN that
 //     delivers, so also after each reconnect;
 //   - debug: "attempt failed; retry scheduled" (retry_after), "vacuum ran"

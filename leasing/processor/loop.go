@@ -216,6 +216,10 @@ func (r *run) sweepOrphans() bool {
 
 // dispatch starts workers for waiting leases while slots are free.
 func (r *run) dispatch() {
+	if r.p.batch != nil {
+		r.dispatchBatch()
+		return
+	}
 	for r.running < r.p.opts.Concurrency && len(r.waiting) > 0 {
 		h := r.waiting[0]
 		r.waiting[0] = nil

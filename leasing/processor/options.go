@@ -44,7 +44,8 @@ type Options struct {
 	// UTF-8 without NUL.
 	TenantID string
 	// BatchSize is the most messages one claim takes,
-	// 1..leasing.MaxBatchSize. Defaults to 10.
+	// 1..leasing.MaxBatchSize, and so the most leases one BatchHandler
+	// call receives (NewBatch). Defaults to 10.
 	BatchSize int
 	// LeaseDuration is how long each claim and renew holds a message, from
 	// the store's now, 1µs..leasing.MaxLeaseDuration. Defaults to 30
@@ -53,8 +54,9 @@ type Options struct {
 	// HeartbeatInterval is the time between two renews of the processor's
 	// leases, > 0 and at most LeaseDuration/2. Defaults to LeaseDuration/3.
 	HeartbeatInterval time.Duration
-	// Concurrency is the number of worker slots, that is of handlers
-	// running at once, 1..MaxConcurrency. Defaults to 4.
+	// Concurrency is the number of worker slots, that is of handler calls
+	// running at once (each of up to BatchSize leases for NewBatch),
+	// 1..MaxConcurrency. Defaults to 4.
 	Concurrency int
 	// PollInterval is the longest wait between two claims while slots are
 	// free and the last claim found too few due messages, > 0: a message

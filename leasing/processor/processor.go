@@ -92,6 +92,7 @@ var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an 
 type Processor struct {
 	store   Store
 	handler Handler
+	batch   BatchHandler
 	opts    Options // resolved: no zero fields left
 	metrics *metrics
 	tracer  tracer // opts.TracerProvider's; starts no span when nil
