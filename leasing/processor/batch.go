@@ -86,24 +86,10 @@ var ErrBatchLength = errors.New("processor: batch handler returned the wrong num
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func NewBatch(store Store, handler BatchHandler, opts Options) (*Processor, error) {
-	if store == nil {
-		return nil, argumentError("store", "must not be nil")
-	}
 	if handler == nil {
 		return nil, argumentError("handler", "must not be nil")
 	}
-	p, err := New(store, batchOnly, opts)
-	if err != nil {
-		return nil, err
-	}
-	p.batch = handler
-	return p, nil
-}
-
-// batchOnly is the Handler of a Processor made by NewBatch. It is never
-// called: dispatch hands that processor's leases to dispatchBatch.
-func batchOnly(context.Context, leasing.Lease) error {
-	panic("processor: the single-message handler of a batch processor was called")
+	return newProcessor(store, opts, func(p *Processor) { p.batch = handler })
 }
 
 // dispatchBatch starts a worker for each claim's waiting leases, up to
@@ -126,17 +112,7 @@ func (r *run) dispatchBatch() {
 		if len(hs) == 0 {
 			continue // all lost while they waited
 		}
-		r.running++
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.workBatch(hs, leases)
-			r.finished.Add(1)
-			select {
-			case r.freed <- struct{}{}:
-			default:
-			}
-		}()
+		r.startWorker(func() { r.workBatch(hs, leases) })
 	}
 }
 

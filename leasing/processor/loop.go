@@ -228,25 +228,33 @@ func (r *run) dispatch() {
 		if !ok {
 			continue
 		}
-		r.running++
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
+		r.startWorker(func() {
 			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
 			h.span = span // before the timeout starts, and read after the outcome's submit
 			stopTimeout := r.startTimeout(h)
 			err := r.handle(ctx, lease)
 			stopTimeout()
 			r.finish(h, err)
-			// One wake-up for all the workers that finish before the loop
-			// looks, not one per worker.
-			r.finished.Add(1)
-			select {
-			case r.freed <- struct{}{}:
-			default:
-			}
-		}()
+		})
 	}
+}
+
+// startWorker takes a slot and runs work on a worker goroutine of its own,
+// which tells the loop when work returned.
+func (r *run) startWorker(work func()) {
+	r.running++
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		work()
+		// One wake-up for all the workers that finish before the loop
+		// looks, not one per worker.
+		r.finished.Add(1)
+		select {
+		case r.freed <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 // handle runs the handler on a worker, turning a panic into an error.
