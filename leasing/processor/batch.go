@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -40,6 +42,10 @@ import (
 // lease_lost and persist_skipped), whatever errs holds for it. Delivery is
 // at least once, as for a Handler: a handler may see a message again after
 // a lost lease, a timeout or a crash, so it must be idempotent.
+//
+// With Options.TracerProvider, ctx carries the "process <queue>" span of
+// the call, linked to the process span of each lease (the package
+// documentation, Tracing).
 type BatchHandler func(ctx context.Context, leases []leasing.Lease) (errs []error)
 
 // BatchPublisher publishes the messages of one claim to a broker in one
@@ -116,21 +122,24 @@ func (r *run) dispatchBatch() {
 	}
 }
 
-// workBatch works the leases of one batch on a worker: those past
-// MaxAttempts are dead-lettered without a call, the others go to one
-// handler call, whose outcomes are submitted together.
+// workBatch works the leases of one batch on a worker: each gets its
+// process span; those past MaxAttempts are dead-lettered without a call,
+// the others go to one handler call, whose outcomes are submitted
+// together.
 func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	policy := r.p.opts.RetryPolicy
 	var exhausted []pendingWrite
 	keep := 0
 	for i, h := range hs {
-		if l := leases[i]; policy.DeadLetters(l.Attempt - 1) {
+		l := leases[i]
+		_, h.span = r.p.tracer.startProcess(h.ctx, l) // before the timeout starts, and read after the outcome's submit
+		if policy.DeadLetters(l.Attempt - 1) {
 			exhausted = append(exhausted, r.batchOutcomes([]*heldLease{h}, []error{
 				fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, l.Attempt, policy.MaxAttempts),
 			})...)
 			continue
 		}
-		hs[keep], leases[keep] = h, leases[i]
+		hs[keep], leases[keep] = h, l
 		keep++
 	}
 	hs, leases = hs[:keep], leases[:keep]
@@ -141,13 +150,15 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 		return
 	}
 
-	ctx, cancel := context.WithCancelCause(r.base)
+	ctx, span := r.p.tracer.startBatch(r.base, hs)
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
-	stopTimeout := r.startBatchTimeout(hs, cancel)
+	stopTimeout := r.startBatchTimeout(hs, span, cancel)
 	errs := r.handleBatch(ctx, leases)
-	stopTimeout()
+	timedOut := stopTimeout()
 	stopWatch()
+	endBatch(span, errs, timedOut)
 	if pws := r.batchOutcomes(hs, errs); len(pws) > 0 {
 		r.w.submit(pws...)
 	}
@@ -188,7 +199,7 @@ func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []e
 		if v := recover(); v != nil {
 			stack := debug.Stack()
 			r.p.batchPanicked(leases, v, stack)
-			errs = repeatErr(len(leases), fmt.Errorf("processor: handler panicked: %v\n%s", v, stack))
+			errs = repeatErr(len(leases), fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack))
 		}
 		for _, err := range errs {
 			if err != nil {
@@ -216,38 +227,39 @@ func repeatErr(n int, err error) []error {
 
 // batchOutcomes returns the writes for the leases of hs whose handler call
 // ended with errs (one per lease), skipping those lost or timed out
-// meanwhile, as finish does for one lease.
+// meanwhile: settle, as finish does for one lease.
 func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 	pws := make([]pendingWrite, 0, len(hs))
 	for i, h := range hs {
-		lease, ok := r.book.advance(h, stateWriting)
-		if !ok {
-			continue
+		if pw, ok := r.settle(h, errs[i]); ok {
+			pws = append(pws, pw)
 		}
-		pws = append(pws, r.outcome(h, lease, errs[i]))
-		h.cancel(context.Canceled)
 	}
 	return pws
 }
 
 // startBatchTimeout starts the HandlerTimeout of the batch call over hs,
-// which has just started, and returns the function that stops it once the
-// call returned: as for startTimeout, that function returns only after a
-// timeout that fired has handed its outcomes to the writer.
-func (r *run) startBatchTimeout(hs []*heldLease, cancel context.CancelCauseFunc) (stop func()) {
+// which has just started under span (its batch span, nil without
+// tracing), and returns the function that stops it once the call returned
+// and reports whether it fired: as for startTimeout, that function returns
+// only after a timeout that fired has handed its outcomes to the writer.
+func (r *run) startBatchTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (fired bool)) {
 	d := r.p.opts.HandlerTimeout
 	if d == NoHandlerTimeout {
-		return func() {}
+		return func() bool { return false }
 	}
 	fired := make(chan struct{})
 	t := time.AfterFunc(d, func() {
 		defer close(fired)
+		handlerTimedOutSpan(span, d)
 		r.timeOutBatch(hs, cancel)
 	})
-	return func() {
-		if !t.Stop() {
-			<-fired
+	return func() bool {
+		if t.Stop() {
+			return false
 		}
+		<-fired
+		return true
 	}
 }
 
@@ -268,6 +280,7 @@ func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) {
 		if !ok {
 			continue
 		}
+		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
 		timedOut = append(timedOut, h)
 		leases = append(leases, lease)
 		pws = append(pws, r.outcome(h, lease, err))
