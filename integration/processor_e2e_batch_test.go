@@ -118,6 +118,7 @@ func TestBatchProcessorEndToEnd(t *testing.T) {
 			t.Parallel()
 			testE2EBatchRelay(t, q)
 			testE2EBatchLeaseLoss(t, q)
+			testE2EBatchLifecycle(t, q)
 		})
 	}
 }

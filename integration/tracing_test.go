@@ -353,3 +353,93 @@ func mapKeys(m map[string]any) []string {
 	}
 	return out
 }
+
+// TestTracingBatch follows the messages of one batch handler call on
+// Postgres, both queues: each lease has its process span, linked to its
+// enqueue span and a child of the claim; the call's span, which the
+// handler's context carries, is their sibling, linked to each.
+func TestTracingBatch(t *testing.T) {
+	t.Parallel()
+	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			b := traceSetup(t, q, "Postgres")
+			ctx, request := b.provider.Tracer("test").Start(context.Background(), "request")
+			res, err := b.store.Enqueue(ctx, b.message("ok", ""), b.message("rejected", ""), b.message("ok", ""))
+			require.NoError(t, err)
+			request.End()
+			ids := res.IDs
+			sends := b.spans("send " + string(q))
+			require.Len(t, sends, 1)
+
+			handlerSpan := make(chan trace.SpanContext, 1)
+			p, err := processor.NewBatch(b.store, func(ctx context.Context, leases []leasing.Lease) []error {
+				handlerSpan <- trace.SpanContextFromContext(ctx)
+				errs := make([]error, len(leases))
+				for i, l := range leases {
+					if l.Message.Type == "rejected" {
+						errs[i] = errors.New("broker: rejected")
+					}
+				}
+				return errs
+			}, processor.Options{Owner: "traced", TracerProvider: b.provider, PollInterval: 5 * time.Millisecond})
+			require.NoError(t, err)
+			runCtx, stop := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() { ran <- p.Run(runCtx) }()
+			for _, id := range ids {
+				require.Eventually(t, func() bool { return len(b.processSpans(id)) == 1 }, e2eWait, time.Millisecond, "process span of %s", id)
+			}
+			stop()
+			require.NoError(t, <-ran)
+
+			claims := b.spans("claim " + string(q))
+			require.Len(t, claims, 1, "one claim leased all three")
+			claim := claims[0].SpanContext()
+			var batch sdktrace.ReadOnlySpan
+			for _, s := range b.spans("process " + string(q)) {
+				if _, one := traceAttrs(s)["messaging.message.id"]; !one {
+					require.Nil(t, batch, "one span per call")
+					batch = s
+				}
+			}
+			require.NotNil(t, batch)
+			require.Equal(t, batch.SpanContext(), <-handlerSpan, "the handler's context carries the call's span")
+			require.Equal(t, trace.SpanKindInternal, batch.SpanKind())
+			require.Equal(t, claim.SpanID(), batch.Parent().SpanID())
+			a := traceAttrs(batch)
+			require.Equal(t, int64(3), a["messaging.batch.message_count"].AsInt64())
+			require.Equal(t, int64(1), a["leasestore.batch.failed"].AsInt64())
+			require.Equal(t, codes.Unset, batch.Status().Code)
+			require.Len(t, batch.Links(), 3)
+			links := map[trace.SpanID]sdktrace.Link{}
+			for _, l := range batch.Links() {
+				links[l.SpanContext.SpanID()] = l
+			}
+			for i, id := range ids {
+				s := b.processSpans(id)[0]
+				require.Equal(t, trace.SpanKindConsumer, s.SpanKind())
+				requireLinkedTo(t, s, sends[0].SpanContext())
+				require.Equal(t, claim.SpanID(), s.Parent().SpanID(), "a child of the claim")
+				l, linked := links[s.SpanContext().SpanID()]
+				require.True(t, linked, "the call links to each lease's span")
+				require.Equal(t, []attribute.KeyValue{attribute.String("messaging.message.id", id.String())}, l.Attributes)
+				a := traceAttrs(s)
+				require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
+				require.Equal(t, int64(1), a["leasestore.attempt"].AsInt64())
+				require.Equal(t, "applied", a["leasestore.write.outcome"].AsString())
+				if i == 1 {
+					require.Equal(t, "failed", a["leasestore.outcome"].AsString())
+					require.Equal(t, "handler_error", a["error.type"].AsString())
+					require.Equal(t, codes.Error, s.Status().Code)
+					continue
+				}
+				require.Equal(t, "succeeded", a["leasestore.outcome"].AsString())
+				require.Equal(t, codes.Unset, s.Status().Code)
+			}
+			completes := b.spans("complete " + string(q))
+			require.Len(t, completes, 1, "the call's successes are written by one store call")
+			require.Len(t, completes[0].Links(), 2)
+		})
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -40,6 +42,10 @@ import (
 // lease_lost and persist_skipped), whatever errs holds for it. Delivery is
 // at least once, as for a Handler: a handler may see a message again after
 // a lost lease, a timeout or a crash, so it must be idempotent.
+//
+// With Options.TracerProvider, ctx carries the "process <queue>" span of
+// the call, linked to the process span of each lease (the package
+// documentation, Tracing).
 type BatchHandler func(ctx context.Context, leases []leasing.Lease) (errs []error)
 
 // BatchPublisher publishes the messages of one claim to a broker in one
@@ -86,24 +92,10 @@ var ErrBatchLength = errors.New("processor: batch handler returned the wrong num
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func NewBatch(store Store, handler BatchHandler, opts Options) (*Processor, error) {
-	if store == nil {
-		return nil, argumentError("store", "must not be nil")
-	}
 	if handler == nil {
 		return nil, argumentError("handler", "must not be nil")
 	}
-	p, err := New(store, batchOnly, opts)
-	if err != nil {
-		return nil, err
-	}
-	p.batch = handler
-	return p, nil
-}
-
-// batchOnly is the Handler of a Processor made by NewBatch. It is never
-// called: dispatch hands that processor's leases to dispatchBatch.
-func batchOnly(context.Context, leasing.Lease) error {
-	panic("processor: the single-message handler of a batch processor was called")
+	return newProcessor(store, opts, func(p *Processor) { p.batch = handler })
 }
 
 // dispatchBatch starts a worker for each claim's waiting leases, up to
@@ -126,35 +118,28 @@ func (r *run) dispatchBatch() {
 		if len(hs) == 0 {
 			continue // all lost while they waited
 		}
-		r.running++
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.workBatch(hs, leases)
-			r.finished.Add(1)
-			select {
-			case r.freed <- struct{}{}:
-			default:
-			}
-		}()
+		r.startWorker(func() { r.workBatch(hs, leases) })
 	}
 }
 
-// workBatch works the leases of one batch on a worker: those past
-// MaxAttempts are dead-lettered without a call, the others go to one
-// handler call, whose outcomes are submitted together.
+// workBatch works the leases of one batch on a worker: each gets its
+// process span; those past MaxAttempts are dead-lettered without a call,
+// the others go to one handler call, whose outcomes are submitted
+// together.
 func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	policy := r.p.opts.RetryPolicy
 	var exhausted []pendingWrite
 	keep := 0
 	for i, h := range hs {
-		if l := leases[i]; policy.DeadLetters(l.Attempt - 1) {
+		l := leases[i]
+		_, h.span = r.p.tracer.startProcess(h.ctx, l) // before the timeout starts, and read after the outcome's submit
+		if policy.DeadLetters(l.Attempt - 1) {
 			exhausted = append(exhausted, r.batchOutcomes([]*heldLease{h}, []error{
 				fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, l.Attempt, policy.MaxAttempts),
 			})...)
 			continue
 		}
-		hs[keep], leases[keep] = h, leases[i]
+		hs[keep], leases[keep] = h, l
 		keep++
 	}
 	hs, leases = hs[:keep], leases[:keep]
@@ -165,13 +150,15 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 		return
 	}
 
-	ctx, cancel := context.WithCancelCause(r.base)
+	ctx, span := r.p.tracer.startBatch(r.base, hs)
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
-	stopTimeout := r.startBatchTimeout(hs, cancel)
+	stopTimeout := r.startBatchTimeout(hs, span, cancel)
 	errs := r.handleBatch(ctx, leases)
-	stopTimeout()
+	timedOut := stopTimeout()
 	stopWatch()
+	endBatch(span, errs, timedOut)
 	if pws := r.batchOutcomes(hs, errs); len(pws) > 0 {
 		r.w.submit(pws...)
 	}
@@ -212,7 +199,7 @@ func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []e
 		if v := recover(); v != nil {
 			stack := debug.Stack()
 			r.p.batchPanicked(leases, v, stack)
-			errs = repeatErr(len(leases), fmt.Errorf("processor: handler panicked: %v\n%s", v, stack))
+			errs = repeatErr(len(leases), fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack))
 		}
 		for _, err := range errs {
 			if err != nil {
@@ -240,38 +227,39 @@ func repeatErr(n int, err error) []error {
 
 // batchOutcomes returns the writes for the leases of hs whose handler call
 // ended with errs (one per lease), skipping those lost or timed out
-// meanwhile, as finish does for one lease.
+// meanwhile: settle, as finish does for one lease.
 func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 	pws := make([]pendingWrite, 0, len(hs))
 	for i, h := range hs {
-		lease, ok := r.book.advance(h, stateWriting)
-		if !ok {
-			continue
+		if pw, ok := r.settle(h, errs[i]); ok {
+			pws = append(pws, pw)
 		}
-		pws = append(pws, r.outcome(h, lease, errs[i]))
-		h.cancel(context.Canceled)
 	}
 	return pws
 }
 
 // startBatchTimeout starts the HandlerTimeout of the batch call over hs,
-// which has just started, and returns the function that stops it once the
-// call returned: as for startTimeout, that function returns only after a
-// timeout that fired has handed its outcomes to the writer.
-func (r *run) startBatchTimeout(hs []*heldLease, cancel context.CancelCauseFunc) (stop func()) {
+// which has just started under span (its batch span, nil without
+// tracing), and returns the function that stops it once the call returned
+// and reports whether it fired: as for startTimeout, that function returns
+// only after a timeout that fired has handed its outcomes to the writer.
+func (r *run) startBatchTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (fired bool)) {
 	d := r.p.opts.HandlerTimeout
 	if d == NoHandlerTimeout {
-		return func() {}
+		return func() bool { return false }
 	}
 	fired := make(chan struct{})
 	t := time.AfterFunc(d, func() {
 		defer close(fired)
+		handlerTimedOutSpan(span, d)
 		r.timeOutBatch(hs, cancel)
 	})
-	return func() {
-		if !t.Stop() {
-			<-fired
+	return func() bool {
+		if t.Stop() {
+			return false
 		}
+		<-fired
+		return true
 	}
 }
 
@@ -292,6 +280,7 @@ func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) {
 		if !ok {
 			continue
 		}
+		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
 		timedOut = append(timedOut, h)
 		leases = append(leases, lease)
 		pws = append(pws, r.outcome(h, lease, err))

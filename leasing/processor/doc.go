@@ -207,6 +207,24 @@
 //     handler_error, panic (the panic recorded as an exception event),
 //     timeout (a "handler timed out" event), attempts_exhausted, shutdown
 //     or lease_lost.
+//   - "process <queue>" of a batch call (internal, type process): with
+//     [NewBatch] each lease still gets its process span as above, started
+//     as its call starts (one dead-lettered with ErrAttemptsExhausted gets
+//     one without a call; error.type batch_length for a result of the
+//     wrong length). The call is one more span, a sibling of those under
+//     the same claim, carried by the BatchHandler's context:
+//     messaging.batch.message_count, leasestore.batch.failed (outcomes
+//     that are errors) and a link to each lease's process span, the link
+//     carrying messaging.message.id. It ends when the call returns, status
+//     error with error.type panic, batch_length or timeout (a "handler
+//     timed out" event) when the whole call failed; one lease's error is
+//     on that lease's span only. The conventions let a batch's process
+//     span link to each message's creation context; the lease spans hold
+//     those links, so the call's span links to them: one link per lease
+//     (an SDK keeps 128 a span by default), and the consumer spans linked
+//     to producers stay the leases' (hence kind internal). To pass a
+//     message's trace on, inject l.Message.SpanContext() or start spans
+//     linked to it.
 //   - "renew <queue>" (client, a root): one per Renew call of the
 //     heartbeat; messaging.batch.message_count, leasestore.renew.renewed,
 //     leasestore.renew.lost.

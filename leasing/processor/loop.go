@@ -228,25 +228,33 @@ func (r *run) dispatch() {
 		if !ok {
 			continue
 		}
-		r.running++
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
+		r.startWorker(func() {
 			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
 			h.span = span // before the timeout starts, and read after the outcome's submit
 			stopTimeout := r.startTimeout(h)
 			err := r.handle(ctx, lease)
 			stopTimeout()
 			r.finish(h, err)
-			// One wake-up for all the workers that finish before the loop
-			// looks, not one per worker.
-			r.finished.Add(1)
-			select {
-			case r.freed <- struct{}{}:
-			default:
-			}
-		}()
+		})
 	}
+}
+
+// startWorker takes a slot and runs work on a worker goroutine of its own,
+// which tells the loop when work returned.
+func (r *run) startWorker(work func()) {
+	r.running++
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		work()
+		// One wake-up for all the workers that finish before the loop
+		// looks, not one per worker.
+		r.finished.Add(1)
+		select {
+		case r.freed <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 // handle runs the handler on a worker, turning a panic into an error.
@@ -312,17 +320,26 @@ func (r *run) timeOut(h *heldLease) {
 // finish hands the outcome of h's handler, err, to the writer, unless h
 // was lost or timed out.
 func (r *run) finish(h *heldLease, err error) {
+	if pw, ok := r.settle(h, err); ok {
+		r.w.submit(pw)
+	}
+}
+
+// settle returns the write of the outcome of h's handler, err, and ends
+// h's handler context; or reports false when h was lost meanwhile (its
+// process span ends as lost) or timed out (the timeout's write ends it).
+func (r *run) settle(h *heldLease, err error) (pendingWrite, bool) {
 	lease, ok := r.book.advance(h, stateWriting)
 	if !ok {
-		if r.book.isLost(h) { // else timed out: the timeout's write ends the span
+		if r.book.isLost(h) {
 			endLost(h.span)
 		}
-		return
+		return pendingWrite{}, false
 	}
 	handlerReturned(h.span, err)
 	pw := r.outcome(h, lease, err)
 	h.cancel(context.Canceled)
-	r.w.submit(pw)
+	return pw, true
 }
 
 // outcome returns the write for lease's attempt, which ended with err (nil

@@ -91,9 +91,9 @@ var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an 
 // a claimed message; Options, the knobs.
 type Processor struct {
 	store   Store
-	handler Handler
-	batch   BatchHandler
-	opts    Options // resolved: no zero fields left
+	handler Handler      // New's; nil for NewBatch's
+	batch   BatchHandler // NewBatch's; nil for New's
+	opts    Options      // resolved: no zero fields left
 	metrics *metrics
 	tracer  tracer // opts.TracerProvider's; starts no span when nil
 	log     logger // opts.Logger with the queue and owner; writes nothing when nil
@@ -121,11 +121,18 @@ type Processor struct {
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func New(store Store, handler Handler, opts Options) (*Processor, error) {
-	if store == nil {
-		return nil, argumentError("store", "must not be nil")
-	}
 	if handler == nil {
 		return nil, argumentError("handler", "must not be nil")
+	}
+	return newProcessor(store, opts, func(p *Processor) { p.handler = handler })
+}
+
+// newProcessor returns the processor of New and NewBatch over store with
+// opts, after set has given it its handler, or the errors of New for a nil
+// store or a bad option.
+func newProcessor(store Store, opts Options, set func(*Processor)) (*Processor, error) {
+	if store == nil {
+		return nil, argumentError("store", "must not be nil")
 	}
 	opts, claimRequest, err := opts.resolve(store.Queue())
 	if err != nil {
@@ -135,12 +142,14 @@ func New(store Store, handler Handler, opts Options) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{
-		store: store, handler: handler, opts: opts, metrics: m, claimRequest: claimRequest,
+	p := &Processor{
+		store: store, opts: opts, metrics: m, claimRequest: claimRequest,
 		log:    newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
 		tracer: newTracer(opts.TracerProvider, store.Queue(), claimRequest.Owner),
 		stop:   make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
-	}, nil
+	}
+	set(p)
+	return p, nil
 }
 
 // noteWrite tells the vacuum policy that the processor wrote rows.

@@ -32,6 +32,7 @@ const (
 	attrRejected    = "leasestore.write.rejected"   // int: writes the fence refused
 	attrRenewed     = "leasestore.renew.renewed"    // int: leases renewed
 	attrLost        = "leasestore.renew.lost"       // int: leases the renew found lost
+	attrFailed      = "leasestore.batch.failed"     // int: outcomes of a batch call that are errors
 	attrErrorType   = "error.type"
 )
 
@@ -141,7 +142,8 @@ func (t tracer) startProcess(ctx context.Context, lease leasing.Lease) (context.
 
 // handlerReturned records on a process span that the handler returned
 // err, whose outcome is about to be written: an error event, and
-// error.type "panic", "attempts_exhausted" or "handler_error".
+// error.type "panic", "attempts_exhausted", "batch_length" or
+// "handler_error".
 func handlerReturned(span trace.Span, err error) {
 	if span == nil || err == nil {
 		return
@@ -152,9 +154,60 @@ func handlerReturned(span trace.Span, err error) {
 		kind = "panic"
 	case errors.Is(err, ErrAttemptsExhausted):
 		kind = "attempts_exhausted"
+	case errors.Is(err, ErrBatchLength):
+		kind = "batch_length"
 	}
 	span.RecordError(err)
 	span.SetAttributes(attribute.String(attrErrorType, kind))
+}
+
+// startBatch starts the "process <queue>" span of a batch handler call
+// over hs, whose process spans have started: a child of the span of the
+// claim that leased them (their handler contexts carry it; all of hs come
+// from one claim), with messaging.batch.message_count and a link to each
+// lease's process span, the link carrying messaging.message.id. The
+// process spans link to the enqueue spans. It returns base with the span,
+// for the call, and the span, nil without tracing.
+func (t tracer) startBatch(base context.Context, hs []*heldLease) (context.Context, trace.Span) {
+	if t.t == nil {
+		return base, nil
+	}
+	links := make([]trace.Link, 0, len(hs))
+	for _, h := range hs {
+		links = append(links, trace.Link{SpanContext: h.span.SpanContext(), Attributes: []attribute.KeyValue{
+			attribute.String("messaging.message.id", h.lease.Message.ID.String()),
+		}})
+	}
+	parent := trace.ContextWithSpan(base, trace.SpanFromContext(hs[0].ctx))
+	return t.t.Start(parent, "process "+string(t.queue), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(t.attrs("process", "process", attribute.Int("messaging.batch.message_count", len(hs)))...),
+		trace.WithLinks(links...))
+}
+
+// endBatch ends the span of a batch handler call that returned errs (one
+// per lease, after handleBatch's checks) and ran past HandlerTimeout when
+// timedOut (handlerTimedOutSpan recorded it): leasestore.batch.failed
+// counts the errors; a panic or a result of the wrong length, which fail
+// every lease, and a timeout make the status error.
+func endBatch(span trace.Span, errs []error, timedOut bool) {
+	if span == nil {
+		return
+	}
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	span.SetAttributes(attribute.Int(attrFailed, failed))
+	switch {
+	case len(errs) > 0 && (errors.Is(errs[0], errHandlerPanicked) || errors.Is(errs[0], ErrBatchLength)):
+		handlerReturned(span, errs[0])
+		span.SetStatus(codes.Error, errs[0].Error())
+	case timedOut:
+		span.SetStatus(codes.Error, ErrHandlerTimeout.Error())
+	}
+	span.End()
 }
 
 // handlerTimedOutSpan records on a process span that its handler ran past
