@@ -39,8 +39,8 @@ func TestRegisterQueueGauges(t *testing.T) {
 			require.True(t, ok)
 			depth[status.AsString()] = p.Value
 		}
-		require.Equal(t, map[string]float64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0}, depth)
-		require.Len(t, got["litebus.outbox.queue.depth"], 5)
+		require.Equal(t, map[string]float64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0}, depth)
+		require.Len(t, got["litebus.outbox.queue.depth"], 6)
 		expired := got["litebus.inbox.queue.expired_leases"]
 		require.Len(t, expired, 1)
 		require.Equal(t, 1.0, expired[0].Value)
