@@ -59,6 +59,7 @@ type statsOut map[string]struct {
 	Depth               map[string]int64 `json:"depth"`
 	ExpiredLeases       int64            `json:"expired_leases"`
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
+	OldestHead          *headJSON        `json:"oldest_head"`
 }
 
 func stats(t *testing.T, url string) statsOut {
