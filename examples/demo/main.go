@@ -7,7 +7,9 @@
 // migrations (db.MigrateUp), a Listener per processor as work signal
 // (LISTEN/NOTIFY), the heartbeat keeping a message that runs longer than its
 // lease, a retry after a failed first delivery, OpenTelemetry counters and
-// queue depth gauges. It exits 1 when a check fails.
+// queue depth gauges, and ordering keys (ordering.go): a keyed queue keeps
+// each key's order while a key's head fails and retries. It exits 1 when a
+// check fails.
 //
 // It works in a database of its own, leasestore_demo_<random>, created on
 // the server of -database-url (default $DATABASE_URL, else the local
@@ -131,6 +133,10 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	fmt.Fprintln(out, "\nOpenTelemetry instruments (manual reader):")
 	printMetrics(out, rm)
+
+	if problems, err := runOrdering(ctx, out, pool, cfg); err != nil || len(problems) > 0 {
+		return errors.Join(err, errors.New(fmt.Sprint("ordering keys: ", problems)))
+	}
 
 	if len(failed) > 0 {
 		for _, p := range failed {
