@@ -23,7 +23,9 @@
 --     dead-letter and requeue. Message content (id, type,
 --     payload, headers, tenant, idempotency key, topic, created_at) is not
 --     updatable: a processor cannot rewrite a message or move it to another
---     tenant.
+--     tenant (nor to another ordering key);
+--   * SELECT, INSERT, UPDATE and DELETE on the ordering keys' tables, and
+--     SELECT on leasestore_queue_settings.
 -- No DELETE: deleting rows is Purge, a retention job run by an operator,
 -- not by processors; a processor that could delete could also make a
 -- message vanish without a terminal state. No TRUNCATE, REFERENCES or
@@ -34,7 +36,8 @@
 -- inserting role needs no privilege on the signal's sequences.
 --
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
--- Purge (leasectl purge). It still cannot TRUNCATE, ALTER or DROP.
+-- Purge (leasectl purge), and set strict ordering (leasectl ordering). It
+-- still cannot TRUNCATE, ALTER or DROP.
 
 BEGIN;
 
@@ -69,11 +72,21 @@ REVOKE ALL ON inbox_messages, outbox_messages FROM leasestore_processor, leasest
 GRANT SELECT, INSERT ON inbox_messages, outbox_messages TO leasestore_processor;
 
 GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
-              attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at, attempts)
+              attempt_count, last_attempted_at, last_error, completed_at, dead_lettered_at, attempts, key_seq)
     ON inbox_messages TO leasestore_processor;
 GRANT UPDATE (status, visible_after, lease_owner, lease_expires_at, lease_generation, outcome_generation, outcome,
-              attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at, attempts)
+              attempt_count, last_attempted_at, last_error, published_at, dead_lettered_at, attempts, key_seq)
     ON outbox_messages TO leasestore_processor;
+
+-- Ordering keys (migration 00010): enqueues, outcome writes and requeues
+-- keep the key rows (insert, update, and delete a key's row when its last
+-- message finishes); every write reads the queue's strict_ordering, which
+-- only an operator changes.
+REVOKE ALL ON inbox_ordering_keys, outbox_ordering_keys, leasestore_queue_settings
+    FROM leasestore_processor, leasestore_operator;
+GRANT SELECT, INSERT, UPDATE, DELETE ON inbox_ordering_keys, outbox_ordering_keys TO leasestore_processor;
+GRANT SELECT ON leasestore_queue_settings TO leasestore_processor;
+GRANT INSERT, UPDATE ON leasestore_queue_settings TO leasestore_operator;
 
 GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
 

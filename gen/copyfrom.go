@@ -35,6 +35,8 @@ func (r iteratorForInboxEnqueueCopy) Values() ([]interface{}, error) {
 		r.rows[0].Headers,
 		r.rows[0].TenantID,
 		r.rows[0].IdempotencyKey,
+		r.rows[0].OrderingKey,
+		r.rows[0].Status,
 	}, nil
 }
 
@@ -45,8 +47,10 @@ func (r iteratorForInboxEnqueueCopy) Err() error {
 // InboxEnqueueCopy bulk-loads inbox rows with COPY; they are due at once.
 // Unlike InboxEnqueue, a duplicate message_id or idempotency key fails the
 // whole copy.
+// Rows with an ordering key are copied waiting, without key_seq, and
+// ordered by InboxEnqueueOrder in the same transaction.
 func (q *Queries) InboxEnqueueCopy(ctx context.Context, db DBTX, arg []InboxEnqueueCopyParams) (int64, error) {
-	return db.CopyFrom(ctx, []string{"inbox_messages"}, []string{"message_id", "message_type", "payload", "headers", "tenant_id", "idempotency_key"}, &iteratorForInboxEnqueueCopy{rows: arg})
+	return db.CopyFrom(ctx, []string{"inbox_messages"}, []string{"message_id", "message_type", "payload", "headers", "tenant_id", "idempotency_key", "ordering_key", "status"}, &iteratorForInboxEnqueueCopy{rows: arg})
 }
 
 // iteratorForOutboxEnqueueCopy implements pgx.CopyFromSource.
@@ -75,6 +79,8 @@ func (r iteratorForOutboxEnqueueCopy) Values() ([]interface{}, error) {
 		r.rows[0].Headers,
 		r.rows[0].TenantID,
 		r.rows[0].Topic,
+		r.rows[0].OrderingKey,
+		r.rows[0].Status,
 	}, nil
 }
 
@@ -83,6 +89,8 @@ func (r iteratorForOutboxEnqueueCopy) Err() error {
 }
 
 // OutboxEnqueueCopy bulk-loads outbox rows with COPY; they are due at once.
+// Rows with an ordering key are copied waiting, without key_seq, and
+// ordered by OutboxEnqueueOrder in the same transaction.
 func (q *Queries) OutboxEnqueueCopy(ctx context.Context, db DBTX, arg []OutboxEnqueueCopyParams) (int64, error) {
-	return db.CopyFrom(ctx, []string{"outbox_messages"}, []string{"message_id", "message_type", "payload", "headers", "tenant_id", "topic"}, &iteratorForOutboxEnqueueCopy{rows: arg})
+	return db.CopyFrom(ctx, []string{"outbox_messages"}, []string{"message_id", "message_type", "payload", "headers", "tenant_id", "topic", "ordering_key", "status"}, &iteratorForOutboxEnqueueCopy{rows: arg})
 }

@@ -127,17 +127,17 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts, picked.due_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts, m.ordering_key, m.key_seq, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
-       idempotency_key, ''::text AS topic,
+       idempotency_key, ''::text AS topic, ordering_key,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
-SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
@@ -162,6 +162,7 @@ type InboxClaimRow struct {
 	TenantID        *string
 	IdempotencyKey  *string
 	Topic           string
+	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
 	LeaseOwner      string
@@ -211,6 +212,7 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.LeaseOwner,
@@ -318,17 +320,17 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts, picked.due_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.idempotency_key, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.completed_at, m.dead_lettered_at, m.attempts, m.ordering_key, m.key_seq, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
-       idempotency_key, ''::text AS topic,
+       idempotency_key, ''::text AS topic, ordering_key,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
-SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
@@ -354,6 +356,7 @@ type InboxClaimTenantRow struct {
 	TenantID        *string
 	IdempotencyKey  *string
 	Topic           string
+	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
 	LeaseOwner      string
@@ -393,6 +396,7 @@ func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimT
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.LeaseOwner,
@@ -801,6 +805,9 @@ type InboxEnqueueParams struct {
 // idempotency_keys mean NULL. A row whose message_id, or whose
 // (tenant_id, idempotency_key), is already present is skipped: it was
 // accepted before. Returns the message_id of each inserted row.
+// It sets no ordering key (the store sends it for batches without one), so
+// it also runs on a schema before migration 00010: producers keep
+// enqueuing while processors wait for the migration.
 func (q *Queries) InboxEnqueue(ctx context.Context, db DBTX, arg InboxEnqueueParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, inboxEnqueue,
 		arg.Now,
@@ -837,6 +844,180 @@ type InboxEnqueueCopyParams struct {
 	Headers        []byte
 	TenantID       *string
 	IdempotencyKey *string
+	OrderingKey    *string
+	Status         string
+}
+
+const inboxEnqueueOrder = `-- name: InboxEnqueueOrder :one
+WITH fresh AS (
+    SELECT m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key,
+           row_number() OVER (PARTITION BY coalesce(m.tenant_id, ''), m.ordering_key ORDER BY u.position) AS n
+    FROM unnest(($1::text[])::uuid[]) WITH ORDINALITY AS u(message_id, position)
+    JOIN inbox_messages AS m ON m.message_id = u.message_id
+    WHERE m.status = 'waiting'
+      AND m.ordering_key IS NOT NULL
+      AND m.key_seq IS NULL
+), counts AS (
+    SELECT f.tenant_id, f.ordering_key, count(*) AS added,
+           (array_agg(f.message_id ORDER BY f.n))[1] AS first_id
+    FROM fresh AS f
+    GROUP BY f.tenant_id, f.ordering_key
+), keyed AS (
+    INSERT INTO inbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
+), placed AS (
+    UPDATE inbox_messages AS m
+    SET key_seq = k.last_seq - c.added + f.n,
+        status  = CASE WHEN m.message_id = k.head_id THEN 'pending' ELSE 'waiting' END
+    FROM fresh AS f
+    JOIN counts AS c ON c.tenant_id = f.tenant_id AND c.ordering_key = f.ordering_key
+    JOIN keyed AS k ON k.tenant_id = f.tenant_id AND k.ordering_key = f.ordering_key
+    WHERE m.message_id = f.message_id
+    RETURNING m.message_id
+)
+SELECT count(*)::bigint AS placed FROM placed
+`
+
+type InboxEnqueueOrderParams struct {
+	MessageIds []string
+	Now        *time.Time
+}
+
+// InboxEnqueueOrder gives each waiting inbox row among message_ids that has
+// an ordering key and no key_seq yet (the rows this transaction's
+// InboxEnqueue or InboxEnqueueCopy just inserted; duplicates that were
+// skipped already have one) its place in its key's line, in array order:
+// key_seq = the key's last_seq + 1, + 2, .... The key's row in
+// inbox_ordering_keys is upserted, in key order: INSERT ... ON CONFLICT DO UPDATE
+// waits for an enqueue of the same key that has not committed and then
+// reads the row it committed, so concurrent enqueues of one key take their
+// places in commit order. A key with no row has no unfinished message: its
+// first row becomes the head (pending) and the rest wait; on an existing
+// key every row waits. Returns how many rows it placed.
+func (q *Queries) InboxEnqueueOrder(ctx context.Context, db DBTX, arg InboxEnqueueOrderParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxEnqueueOrder, arg.MessageIds, arg.Now)
+	var placed int64
+	err := row.Scan(&placed)
+	return placed, err
+}
+
+const inboxEnqueueOrdered = `-- name: InboxEnqueueOrdered :many
+INSERT INTO inbox_messages (
+    message_id, message_type, payload, headers, tenant_id, idempotency_key,
+    created_at, visible_after, ordering_key, status
+)
+SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
+       nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''),
+       i.created_at, i.created_at + i.delay, nullif(i.ordering_key, ''),
+       CASE WHEN i.ordering_key = '' THEN 'pending' ELSE 'waiting' END
+FROM (
+    SELECT u.message_id, u.message_type, u.payload, u.headers, u.tenant_id, u.idempotency_key, u.ordering_key, u.delay, coalesce($1::timestamptz, clock_timestamp()) AS created_at,
+           row_number() OVER () AS position
+    FROM (
+        SELECT unnest(($2::text[])::uuid[]) AS message_id,
+               unnest($3::text[]) AS message_type,
+               unnest($4::bytea[]) AS payload,
+               unnest($5::text[]) AS headers,
+               unnest($6::text[]) AS tenant_id,
+               unnest($7::text[]) AS idempotency_key,
+               unnest($8::text[]) AS ordering_key,
+               unnest($9::interval[]) AS delay
+    ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
+) AS i
+WHERE (i.ordering_key = ''
+       OR NOT EXISTS (SELECT 1 FROM inbox_messages AS d
+                   WHERE d.message_id = i.message_id
+                     AND d.ordering_key IS DISTINCT FROM nullif(i.ordering_key, ''))
+       OR leasestore_ordering_key_conflict(i.message_id::text))
+  AND (i.idempotency_key = '' OR i.ordering_key = ''
+       OR NOT (CASE WHEN i.tenant_id = ''
+                    THEN EXISTS (SELECT 1 FROM inbox_messages AS d
+                                 WHERE d.tenant_id IS NULL AND d.idempotency_key = i.idempotency_key
+                                   AND d.ordering_key IS DISTINCT FROM nullif(i.ordering_key, ''))
+                    ELSE EXISTS (SELECT 1 FROM inbox_messages AS d
+                                 WHERE d.tenant_id = i.tenant_id AND d.idempotency_key = i.idempotency_key
+                                   AND d.ordering_key IS DISTINCT FROM nullif(i.ordering_key, ''))
+               END)
+       OR leasestore_ordering_key_conflict(i.message_id::text))
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go). The order
+    -- covers (tenant_id, idempotency_key) first, so that the same messages
+    -- sent twice also meet in one order on that index; among messages of
+    -- one key in one call, the first in array order is inserted and the
+    -- others are duplicates (as in Memory). (Two enqueues that reuse each
+    -- other's ids under different idempotency keys can still deadlock;
+    -- PostgreSQL then fails one of them and the store sends it again.)
+ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''),
+         CASE WHEN nullif(i.idempotency_key, '') IS NOT NULL THEN i.position END, i.message_id
+ON CONFLICT DO NOTHING
+RETURNING message_id
+`
+
+type InboxEnqueueOrderedParams struct {
+	Now             *time.Time
+	MessageIds      []string
+	MessageTypes    []string
+	Payloads        [][]byte
+	Headers         []string
+	TenantIds       []string
+	IdempotencyKeys []string
+	OrderingKeys    []string
+	Delays          []time.Duration
+}
+
+// InboxEnqueueOrdered inserts one inbox row per array element, created in array order, due
+// after created_at + delays[i]. Empty strings in tenant_ids,
+// idempotency_keys and ordering_keys mean NULL. A row whose message_id, or
+// whose (tenant_id, idempotency_key), is already present is skipped: it was
+// accepted before, unless it has an ordering key and the stored message
+// (a committed one) has another or none: that fails the statement with
+// SQLSTATE LS001, the message id as the error's detail. Returns the
+// message_id of each inserted row.
+// A row with an ordering key is inserted waiting, without key_seq:
+// InboxEnqueueOrder, the next statement of the same transaction, gives it
+// its place in its key's line.
+// A keyed duplicate (by id, or by tenant and idempotency key) of a stored
+// message of another ordering key, or of none, fails the statement: one
+// index probe each, as the ON CONFLICT below makes anyway.
+func (q *Queries) InboxEnqueueOrdered(ctx context.Context, db DBTX, arg InboxEnqueueOrderedParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, inboxEnqueueOrdered,
+		arg.Now,
+		arg.MessageIds,
+		arg.MessageTypes,
+		arg.Payloads,
+		arg.Headers,
+		arg.TenantIds,
+		arg.IdempotencyKeys,
+		arg.OrderingKeys,
+		arg.Delays,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxFail = `-- name: InboxFail :many
@@ -940,10 +1121,10 @@ func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) (
 
 const inboxGet = `-- name: InboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
-       idempotency_key, ''::text AS topic,
+       idempotency_key, ''::text AS topic, ordering_key,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       completed_at AS finished_at, dead_lettered_at, attempts
+       completed_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM inbox_messages
 WHERE message_id = $1::uuid
 `
@@ -960,6 +1141,7 @@ type InboxGetRow struct {
 	TenantID          *string
 	IdempotencyKey    *string
 	Topic             string
+	OrderingKey       *string
 	CreatedAt         time.Time
 	VisibleAfter      time.Time
 	Status            string
@@ -974,10 +1156,12 @@ type InboxGetRow struct {
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
 	Attempts          []byte
+	KeySeq            int64
 }
 
 // InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
-// completed_at is returned as finished_at, and attempts is the attempt history.
+// completed_at is returned as finished_at, attempts is the attempt history
+// and key_seq is 0 for an unordered row.
 func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (InboxGetRow, error) {
 	row := db.QueryRow(ctx, inboxGet, arg.MessageID)
 	var i InboxGetRow
@@ -989,6 +1173,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.TenantID,
 		&i.IdempotencyKey,
 		&i.Topic,
+		&i.OrderingKey,
 		&i.CreatedAt,
 		&i.VisibleAfter,
 		&i.Status,
@@ -1003,8 +1188,193 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.FinishedAt,
 		&i.DeadLetteredAt,
 		&i.Attempts,
+		&i.KeySeq,
 	)
 	return i, err
+}
+
+const inboxKeyAdvance = `-- name: InboxKeyAdvance :one
+WITH freed AS (
+    SELECT k.tenant_id, k.ordering_key
+    FROM inbox_messages AS m
+    JOIN inbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      -- A CASE, not status = ..., so that no plan reads m through the
+      -- finished rows' indexes (*_completed_idx, *_dead_lettered_idx): a
+      -- generic plan did, at O(finished rows) per call.
+      AND CASE m.status
+              WHEN 'completed' THEN true
+              WHEN 'dead_lettered' THEN NOT coalesce((SELECT s.strict_ordering FROM leasestore_queue_settings AS s
+                                                      WHERE s.queue = 'inbox'), false)
+              ELSE false
+          END
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE OF k
+), next AS (
+    SELECT f.tenant_id, f.ordering_key, w.message_id
+    FROM freed AS f
+    LEFT JOIN LATERAL (
+        SELECT m.message_id
+        FROM inbox_messages AS m
+        WHERE coalesce(m.tenant_id, '') = f.tenant_id
+          AND m.ordering_key = f.ordering_key
+          AND m.status = 'waiting'
+        ORDER BY m.key_seq
+        LIMIT 1
+        FOR UPDATE
+    ) AS w ON true
+), promoted AS (
+    UPDATE inbox_messages AS m
+    SET status        = 'pending',
+        visible_after = greatest(m.visible_after, coalesce($2::timestamptz, statement_timestamp()))
+    FROM next AS n
+    WHERE m.message_id = n.message_id
+    RETURNING m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key
+), headed AS (
+    UPDATE inbox_ordering_keys AS k
+    SET head_id = p.message_id,
+        head_since = coalesce($2::timestamptz, statement_timestamp())
+    FROM promoted AS p
+    WHERE k.tenant_id = p.tenant_id AND k.ordering_key = p.ordering_key
+    RETURNING k.ordering_key
+), emptied AS (
+    DELETE FROM inbox_ordering_keys AS k
+    USING next AS n
+    WHERE n.message_id IS NULL
+      AND k.tenant_id = n.tenant_id AND k.ordering_key = n.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied
+`
+
+type InboxKeyAdvanceParams struct {
+	MessageIds []string
+	Now        *time.Time
+}
+
+type InboxKeyAdvanceRow struct {
+	Promoted int64
+	Emptied  int64
+}
+
+// InboxKeyAdvance frees the keys that InboxKeyLock locked (the same heads,
+// now locked by this transaction, so it waits for no one) and promotes each
+// key's first waiting message (lowest key_seq, one descent of
+// inbox_messages_waiting_idx) to pending, due at once (or at its visible_after
+// when later), as the key's new head; a key with no waiting message left
+// loses its row. Returns how many messages it promoted.
+func (q *Queries) InboxKeyAdvance(ctx context.Context, db DBTX, arg InboxKeyAdvanceParams) (InboxKeyAdvanceRow, error) {
+	row := db.QueryRow(ctx, inboxKeyAdvance, arg.MessageIds, arg.Now)
+	var i InboxKeyAdvanceRow
+	err := row.Scan(&i.Promoted, &i.Emptied)
+	return i, err
+}
+
+const inboxKeyAdvanceVacant = `-- name: InboxKeyAdvanceVacant :one
+WITH freed AS (
+    SELECT k.tenant_id, k.ordering_key
+    FROM inbox_ordering_keys AS k
+    WHERE k.head_id IS NULL
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE
+), next AS (
+    SELECT f.tenant_id, f.ordering_key, w.message_id
+    FROM freed AS f
+    LEFT JOIN LATERAL (
+        SELECT m.message_id
+        FROM inbox_messages AS m
+        WHERE coalesce(m.tenant_id, '') = f.tenant_id
+          AND m.ordering_key = f.ordering_key
+          AND m.status = 'waiting'
+        ORDER BY m.key_seq
+        LIMIT 1
+        FOR UPDATE
+    ) AS w ON true
+), promoted AS (
+    UPDATE inbox_messages AS m
+    SET status        = 'pending',
+        visible_after = greatest(m.visible_after, coalesce($1::timestamptz, statement_timestamp()))
+    FROM next AS n
+    WHERE m.message_id = n.message_id
+    RETURNING m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key
+), headed AS (
+    UPDATE inbox_ordering_keys AS k
+    SET head_id = p.message_id,
+        head_since = coalesce($1::timestamptz, statement_timestamp())
+    FROM promoted AS p
+    WHERE k.tenant_id = p.tenant_id AND k.ordering_key = p.ordering_key
+    RETURNING k.ordering_key
+), emptied AS (
+    DELETE FROM inbox_ordering_keys AS k
+    USING next AS n
+    WHERE n.message_id IS NULL
+      AND k.tenant_id = n.tenant_id AND k.ordering_key = n.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied
+`
+
+type InboxKeyAdvanceVacantParams struct {
+	Now *time.Time
+}
+
+type InboxKeyAdvanceVacantRow struct {
+	Promoted int64
+	Emptied  int64
+}
+
+// InboxKeyAdvanceVacant is InboxKeyAdvance for the keys whose head_id this
+// transaction cleared (InboxPurgeHeads deleted their heads); no other
+// statement clears head_id. It reads every key row (one per key in use):
+// for purge, not for a hot path.
+func (q *Queries) InboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg InboxKeyAdvanceVacantParams) (InboxKeyAdvanceVacantRow, error) {
+	row := db.QueryRow(ctx, inboxKeyAdvanceVacant, arg.Now)
+	var i InboxKeyAdvanceVacantRow
+	err := row.Scan(&i.Promoted, &i.Emptied)
+	return i, err
+}
+
+const inboxKeyLock = `-- name: InboxKeyLock :one
+SELECT count(*)::bigint AS locked FROM (
+    SELECT k.tenant_id, k.ordering_key
+    FROM inbox_messages AS m
+    JOIN inbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      -- A CASE, not status = ..., so that no plan reads m through the
+      -- finished rows' indexes (*_completed_idx, *_dead_lettered_idx): a
+      -- generic plan did, at O(finished rows) per call.
+      AND CASE m.status
+              WHEN 'completed' THEN true
+              WHEN 'dead_lettered' THEN NOT coalesce((SELECT s.strict_ordering FROM leasestore_queue_settings AS s
+                                                      WHERE s.queue = 'inbox'), false)
+              ELSE false
+          END
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE OF k
+) AS heads
+`
+
+type InboxKeyLockParams struct {
+	MessageIds []string
+}
+
+// InboxKeyLock locks, in key order, the key row of each inbox message among
+// message_ids that is its key's head and has finished: completed, or
+// dead-lettered while the queue's strict_ordering is off
+// (leasestore_queue_settings). It waits for an enqueue of the key that has
+// not committed. Run after every write that can finish a head, in its
+// transaction, and then InboxKeyAdvance as a statement of its own: its
+// snapshot, taken after these locks, holds every enqueue of those keys that
+// committed before, and the enqueues still to come wait for this
+// transaction. Messages are read by message_ids (the primary key), their
+// key rows by (tenant, key). Returns how many key rows it locked.
+func (q *Queries) InboxKeyLock(ctx context.Context, db DBTX, arg InboxKeyLockParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxKeyLock, arg.MessageIds)
+	var locked int64
+	err := row.Scan(&locked)
+	return locked, err
 }
 
 const inboxLeaseHealth = `-- name: InboxLeaseHealth :one
@@ -1049,10 +1419,10 @@ func (q *Queries) InboxLeaseHealth(ctx context.Context, db DBTX, arg InboxLeaseH
 
 const inboxList = `-- name: InboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
-       idempotency_key, ''::text AS topic,
+       idempotency_key, ''::text AS topic, ordering_key,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       completed_at AS finished_at, dead_lettered_at, attempts
+       completed_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM inbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
 ORDER BY created_at, message_id
@@ -1073,6 +1443,7 @@ type InboxListRow struct {
 	TenantID          *string
 	IdempotencyKey    *string
 	Topic             string
+	OrderingKey       *string
 	CreatedAt         time.Time
 	VisibleAfter      time.Time
 	Status            string
@@ -1087,6 +1458,7 @@ type InboxListRow struct {
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
 	Attempts          []byte
+	KeySeq            int64
 }
 
 // InboxList returns up to max_rows inbox rows ordered by (created_at,
@@ -1109,6 +1481,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.Status,
@@ -1123,6 +1496,62 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 			&i.FinishedAt,
 			&i.DeadLetteredAt,
 			&i.Attempts,
+			&i.KeySeq,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxOrderingHealth = `-- name: InboxOrderingHealth :many
+SELECT k.tenant_id, k.ordering_key, k.head_id,
+       (coalesce($1::timestamptz, statement_timestamp()) - k.head_since)::interval AS head_age
+FROM inbox_ordering_keys AS k
+WHERE k.head_id IS NOT NULL
+  AND EXISTS (SELECT 1 FROM inbox_messages AS w
+              WHERE coalesce(w.tenant_id, '') = k.tenant_id
+                AND w.ordering_key = k.ordering_key
+                AND w.status = 'waiting')
+ORDER BY k.head_since, k.tenant_id, k.ordering_key
+LIMIT 1
+`
+
+type InboxOrderingHealthParams struct {
+	Now *time.Time
+}
+
+type InboxOrderingHealthRow struct {
+	TenantID    string
+	OrderingKey string
+	HeadID      *uuid.UUID
+	HeadAge     time.Duration
+}
+
+// InboxOrderingHealth returns the inbox key whose head has held it longest
+// while at least one message waits behind it: its tenant (” for none),
+// key, head and how long it has been the head at the database's now. No
+// row when no message waits. Reads every key row (one per key in use) and
+// one entry of inbox_messages_waiting_idx for each: for Stats and leasectl
+// doctor, not for a hot loop.
+func (q *Queries) InboxOrderingHealth(ctx context.Context, db DBTX, arg InboxOrderingHealthParams) ([]InboxOrderingHealthRow, error) {
+	rows, err := db.Query(ctx, inboxOrderingHealth, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxOrderingHealthRow{}
+	for rows.Next() {
+		var i InboxOrderingHealthRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.OrderingKey,
+			&i.HeadID,
+			&i.HeadAge,
 		); err != nil {
 			return nil, err
 		}
@@ -1151,6 +1580,14 @@ WITH done AS (
     WHERE $4::boolean
       AND status = 'dead_lettered'
       AND dead_lettered_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+      -- A dead letter that holds its key (strict_ordering) is left to
+      -- InboxPurgeHeads, which frees the key with it.
+      -- A scalar subquery: one primary-key probe per keyed dead letter,
+      -- never a scan of the key table to hash.
+      AND (ordering_key IS NULL
+           OR (SELECT k.head_id FROM inbox_ordering_keys AS k
+               WHERE k.tenant_id = coalesce(inbox_messages.tenant_id, '')
+                 AND k.ordering_key = inbox_messages.ordering_key) IS DISTINCT FROM inbox_messages.message_id)
     ORDER BY dead_lettered_at
     LIMIT $1::integer
     FOR UPDATE SKIP LOCKED
@@ -1194,6 +1631,62 @@ func (q *Queries) InboxPurge(ctx context.Context, db DBTX, arg InboxPurgeParams)
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const inboxPurgeHeads = `-- name: InboxPurgeHeads :one
+WITH heads AS (
+    SELECT k.tenant_id, k.ordering_key, k.head_id
+    FROM inbox_messages AS m
+    JOIN inbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.status = 'dead_lettered'
+      AND m.dead_lettered_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval
+    ORDER BY m.dead_lettered_at
+    LIMIT $3::integer
+    FOR UPDATE OF k SKIP LOCKED
+), doomed AS (
+    SELECT m.message_id
+    FROM inbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT head_id FROM heads))
+      AND m.status = 'dead_lettered'
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM inbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM doomed))
+    RETURNING m.message_id
+), freed AS (
+    UPDATE inbox_ordering_keys AS k
+    SET head_id = NULL, head_since = NULL
+    FROM heads AS h
+    JOIN deleted AS d ON d.message_id = h.head_id
+    WHERE k.tenant_id = h.tenant_id AND k.ordering_key = h.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM deleted)::bigint AS deleted, (SELECT count(*) FROM freed)::bigint AS freed
+`
+
+type InboxPurgeHeadsParams struct {
+	Now       *time.Time
+	OlderThan time.Duration
+	BatchSize int32
+}
+
+type InboxPurgeHeadsRow struct {
+	Deleted int64
+	Freed   int64
+}
+
+// InboxPurgeHeads deletes up to batch_size dead-lettered inbox messages
+// that hold their key (strict_ordering, or a parked head whose key was not
+// freed) and were dead-lettered more than older_than ago, oldest first,
+// and frees their keys for InboxKeyAdvanceVacant, the next statement. Key rows
+// and messages locked by others are skipped (the next call takes them), so
+// it never waits for a lock. Returns the number deleted.
+func (q *Queries) InboxPurgeHeads(ctx context.Context, db DBTX, arg InboxPurgeHeadsParams) (InboxPurgeHeadsRow, error) {
+	row := db.QueryRow(ctx, inboxPurgeHeads, arg.Now, arg.OlderThan, arg.BatchSize)
+	var i InboxPurgeHeadsRow
+	err := row.Scan(&i.Deleted, &i.Freed)
+	return i, err
 }
 
 const inboxRelease = `-- name: InboxRelease :many
@@ -1438,15 +1931,41 @@ WITH locked AS (
     -- waits "while locking updated version" even under SKIP LOCKED), and
     -- so join a wait cycle. integration/maintenance_plan_test.go checks
     -- that the ids' keys are read, not every dead letter.
-    SELECT m.message_id, m.status
+    SELECT m.message_id, m.status, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key, m.key_seq,
+           -- A scalar subquery, a primary-key probe per keyed row (never a
+           -- scan of the key table to hash); none for an unordered row.
+           CASE WHEN m.ordering_key IS NULL THEN false
+                ELSE coalesce((SELECT k.head_id = m.message_id FROM inbox_ordering_keys AS k
+                               WHERE k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key), false)
+           END AS head
     FROM inbox_messages AS m
     WHERE m.message_id = ANY (($1::text[])::uuid[])
       AND m.status = 'dead_lettered'
     ORDER BY m.message_id
     FOR UPDATE
+), rejoining AS (
+    SELECT l.message_id, l.tenant_id, l.ordering_key,
+           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    FROM locked AS l
+    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
+), counts AS (
+    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
+           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
+    FROM rejoining AS r
+    GROUP BY r.tenant_id, r.ordering_key
+), keyed AS (
+    INSERT INTO inbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
 ), requeued AS (
     UPDATE inbox_messages AS m
-    SET status           = 'pending',
+    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -1459,6 +1978,9 @@ WITH locked AS (
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
     FROM locked AS l
+    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
+    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
+    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id
@@ -1476,7 +1998,9 @@ type InboxRequeueParams struct {
 // lease_expires_at, last_error and dead_lettered_at cleared. The attempt
 // history is kept, and a requeued marker (an operator's entry: attempt
 // numbers start again) appended to it. Rows in any other status are left
-// alone. Returns the requeued message_ids in message_id order.
+// alone. A keyed row that holds its key (strict_ordering) is its key's head
+// again; any other keyed row rejoins its key's line at the tail (see the
+// "requeue" block). Returns the requeued message_ids in message_id order.
 func (q *Queries) InboxRequeue(ctx context.Context, db DBTX, arg InboxRequeueParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, inboxRequeue, arg.MessageIds, arg.Now)
 	if err != nil {
@@ -1508,14 +2032,40 @@ WITH picked AS (
     LIMIT $3::integer
 ), locked AS (
     -- As in InboxRequeue: through the primary key, in key order.
-    SELECT m.message_id, m.status
+    SELECT m.message_id, m.status, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key, m.key_seq,
+           -- A scalar subquery, a primary-key probe per keyed row (never a
+           -- scan of the key table to hash); none for an unordered row.
+           CASE WHEN m.ordering_key IS NULL THEN false
+                ELSE coalesce((SELECT k.head_id = m.message_id FROM inbox_ordering_keys AS k
+                               WHERE k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key), false)
+           END AS head
     FROM inbox_messages AS m
     WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM picked))
     ORDER BY m.message_id
     FOR UPDATE
+), rejoining AS (
+    SELECT l.message_id, l.tenant_id, l.ordering_key,
+           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    FROM locked AS l
+    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
+), counts AS (
+    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
+           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
+    FROM rejoining AS r
+    GROUP BY r.tenant_id, r.ordering_key
+), keyed AS (
+    INSERT INTO inbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
 ), requeued AS (
     UPDATE inbox_messages AS m
-    SET status           = 'pending',
+    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -1528,6 +2078,9 @@ WITH picked AS (
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
     FROM locked AS l
+    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
+    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
+    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id

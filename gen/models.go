@@ -41,6 +41,18 @@ type InboxMessage struct {
 	DeadLetteredAt  *time.Time
 	// Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (completed, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).
 	Attempts []byte
+	// NULL: unordered. Messages of one (tenant_id, ordering_key) are handled one at a time in key_seq order.
+	OrderingKey *string
+	// Place in the key's line, given at enqueue (or requeue) under the key row's lock.
+	KeySeq pgtype.Int8
+}
+
+type InboxOrderingKey struct {
+	TenantID    string
+	OrderingKey string
+	LastSeq     int64
+	HeadID      *uuid.UUID
+	HeadSince   *time.Time
 }
 
 type LeasestoreDbVersion struct {
@@ -48,6 +60,11 @@ type LeasestoreDbVersion struct {
 	VersionID int64
 	IsApplied bool
 	Tstamp    pgtype.Timestamp
+}
+
+type LeasestoreQueueSetting struct {
+	Queue          string
+	StrictOrdering bool
 }
 
 type OutboxMessage struct {
@@ -80,4 +97,16 @@ type OutboxMessage struct {
 	DeadLetteredAt  *time.Time
 	// Last 20 finished attempts, oldest first: objects with attempt, generation, owner, claimed_at, finished_at (database clock), outcome (published, failed, released, dead_lettered, expired, requeued), error (at most 1 KiB), operator and forced (set by an operator action).
 	Attempts []byte
+	// NULL: unordered. Messages of one (tenant_id, ordering_key) are handled one at a time in key_seq order.
+	OrderingKey *string
+	// Place in the key's line, given at enqueue (or requeue) under the key row's lock.
+	KeySeq pgtype.Int8
+}
+
+type OutboxOrderingKey struct {
+	TenantID    string
+	OrderingKey string
+	LastSeq     int64
+	HeadID      *uuid.UUID
+	HeadSince   *time.Time
 }

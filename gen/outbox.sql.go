@@ -127,17 +127,17 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, picked.due_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, m.ordering_key, m.key_seq, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
-       NULL::text AS idempotency_key, topic,
+       NULL::text AS idempotency_key, topic, ordering_key,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
-SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
@@ -162,6 +162,7 @@ type OutboxClaimRow struct {
 	TenantID        *string
 	IdempotencyKey  *string
 	Topic           string
+	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
 	LeaseOwner      string
@@ -211,6 +212,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.LeaseOwner,
@@ -318,17 +320,17 @@ WITH ready AS (
     FROM picked
     WHERE m.message_id = picked.message_id
       AND picked.unclaimable IS NULL
-    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, picked.due_at
+    RETURNING m.message_id, m.message_type, m.payload, m.headers, m.tenant_id, m.topic, m.created_at, m.visible_after, m.status, m.lease_owner, m.lease_expires_at, m.lease_generation, m.outcome_generation, m.outcome, m.attempt_count, m.last_attempted_at, m.last_error, m.published_at, m.dead_lettered_at, m.attempts, m.ordering_key, m.key_seq, picked.due_at
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
-       NULL::text AS idempotency_key, topic,
+       NULL::text AS idempotency_key, topic, ordering_key,
        created_at, visible_after, lease_owner::text AS lease_owner,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
 FROM claimed
 UNION ALL
-SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '',
+SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($1::timestamptz, statement_timestamp()),
        coalesce($1::timestamptz, statement_timestamp()), '',
        coalesce($1::timestamptz, statement_timestamp()),
@@ -354,6 +356,7 @@ type OutboxClaimTenantRow struct {
 	TenantID        *string
 	IdempotencyKey  *string
 	Topic           string
+	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
 	LeaseOwner      string
@@ -393,6 +396,7 @@ func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClai
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.LeaseOwner,
@@ -688,6 +692,9 @@ type OutboxEnqueueParams struct {
 // in the transaction that changes the business data (the outbox pattern).
 // Returns the message_id of each inserted row; a message_id already present
 // fails the statement.
+// It sets no ordering key (the store sends it for batches without one), so
+// it also runs on a schema before migration 00010: producers keep
+// enqueuing while processors wait for the migration.
 func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, outboxEnqueue,
 		arg.Now,
@@ -724,6 +731,150 @@ type OutboxEnqueueCopyParams struct {
 	Headers     []byte
 	TenantID    *string
 	Topic       string
+	OrderingKey *string
+	Status      string
+}
+
+const outboxEnqueueOrder = `-- name: OutboxEnqueueOrder :one
+WITH fresh AS (
+    SELECT m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key,
+           row_number() OVER (PARTITION BY coalesce(m.tenant_id, ''), m.ordering_key ORDER BY u.position) AS n
+    FROM unnest(($1::text[])::uuid[]) WITH ORDINALITY AS u(message_id, position)
+    JOIN outbox_messages AS m ON m.message_id = u.message_id
+    WHERE m.status = 'waiting'
+      AND m.ordering_key IS NOT NULL
+      AND m.key_seq IS NULL
+), counts AS (
+    SELECT f.tenant_id, f.ordering_key, count(*) AS added,
+           (array_agg(f.message_id ORDER BY f.n))[1] AS first_id
+    FROM fresh AS f
+    GROUP BY f.tenant_id, f.ordering_key
+), keyed AS (
+    INSERT INTO outbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
+), placed AS (
+    UPDATE outbox_messages AS m
+    SET key_seq = k.last_seq - c.added + f.n,
+        status  = CASE WHEN m.message_id = k.head_id THEN 'pending' ELSE 'waiting' END
+    FROM fresh AS f
+    JOIN counts AS c ON c.tenant_id = f.tenant_id AND c.ordering_key = f.ordering_key
+    JOIN keyed AS k ON k.tenant_id = f.tenant_id AND k.ordering_key = f.ordering_key
+    WHERE m.message_id = f.message_id
+    RETURNING m.message_id
+)
+SELECT count(*)::bigint AS placed FROM placed
+`
+
+type OutboxEnqueueOrderParams struct {
+	MessageIds []string
+	Now        *time.Time
+}
+
+// OutboxEnqueueOrder gives each waiting outbox row among message_ids that has
+// an ordering key and no key_seq yet (the rows this transaction's
+// OutboxEnqueue or OutboxEnqueueCopy just inserted; duplicates that were
+// skipped already have one) its place in its key's line, in array order:
+// key_seq = the key's last_seq + 1, + 2, .... The key's row in
+// outbox_ordering_keys is upserted, in key order: INSERT ... ON CONFLICT DO UPDATE
+// waits for an enqueue of the same key that has not committed and then
+// reads the row it committed, so concurrent enqueues of one key take their
+// places in commit order. A key with no row has no unfinished message: its
+// first row becomes the head (pending) and the rest wait; on an existing
+// key every row waits. Returns how many rows it placed.
+func (q *Queries) OutboxEnqueueOrder(ctx context.Context, db DBTX, arg OutboxEnqueueOrderParams) (int64, error) {
+	row := db.QueryRow(ctx, outboxEnqueueOrder, arg.MessageIds, arg.Now)
+	var placed int64
+	err := row.Scan(&placed)
+	return placed, err
+}
+
+const outboxEnqueueOrdered = `-- name: OutboxEnqueueOrdered :many
+INSERT INTO outbox_messages (
+    message_id, message_type, payload, headers, tenant_id, topic,
+    created_at, visible_after, ordering_key, status
+)
+SELECT i.message_id, i.message_type, i.payload, i.headers::jsonb,
+       nullif(i.tenant_id, ''), i.topic,
+       i.created_at, i.created_at + i.delay, nullif(i.ordering_key, ''),
+       CASE WHEN i.ordering_key = '' THEN 'pending' ELSE 'waiting' END
+FROM (
+    SELECT u.message_id, u.message_type, u.payload, u.headers, u.tenant_id, u.topic, u.ordering_key, u.delay, coalesce($1::timestamptz, clock_timestamp()) AS created_at
+    FROM (
+        SELECT unnest(($2::text[])::uuid[]) AS message_id,
+               unnest($3::text[]) AS message_type,
+               unnest($4::bytea[]) AS payload,
+               unnest($5::text[]) AS headers,
+               unnest($6::text[]) AS tenant_id,
+               unnest($7::text[]) AS topic,
+               unnest($8::text[]) AS ordering_key,
+               unnest($9::interval[]) AS delay
+    ) AS u
+    -- OFFSET 0 keeps this subquery a plan node of its own, so created_at
+    -- is read from the clock in array order, before the sort below.
+    OFFSET 0
+) AS i
+    -- Rows are inserted in key order (the lock order): an insert that meets a
+    -- row another uncommitted enqueue inserted waits for that transaction, so
+    -- two enqueues of the same messages in opposite orders would each wait for
+    -- the other (a deadlock, seen in integration/soak_test.go).
+ORDER BY i.message_id
+RETURNING message_id
+`
+
+type OutboxEnqueueOrderedParams struct {
+	Now          *time.Time
+	MessageIds   []string
+	MessageTypes []string
+	Payloads     [][]byte
+	Headers      []string
+	TenantIds    []string
+	Topics       []string
+	OrderingKeys []string
+	Delays       []time.Duration
+}
+
+// OutboxEnqueueOrdered inserts one outbox row per array element, created in array order, due
+// after created_at + delays[i]. Empty strings in tenant_ids and
+// ordering_keys mean NULL. Run it in the transaction that changes the
+// business data (the outbox pattern). Returns the message_id of each
+// inserted row; a message_id already present fails the statement.
+// A row with an ordering key is inserted waiting, without key_seq:
+// OutboxEnqueueOrder, the next statement of the same transaction, gives it
+// its place in its key's line.
+func (q *Queries) OutboxEnqueueOrdered(ctx context.Context, db DBTX, arg OutboxEnqueueOrderedParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxEnqueueOrdered,
+		arg.Now,
+		arg.MessageIds,
+		arg.MessageTypes,
+		arg.Payloads,
+		arg.Headers,
+		arg.TenantIds,
+		arg.Topics,
+		arg.OrderingKeys,
+		arg.Delays,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxFail = `-- name: OutboxFail :many
@@ -827,10 +978,10 @@ func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams)
 
 const outboxGet = `-- name: OutboxGet :one
 SELECT message_id, message_type, payload, headers, tenant_id,
-       NULL::text AS idempotency_key, topic,
+       NULL::text AS idempotency_key, topic, ordering_key,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       published_at AS finished_at, dead_lettered_at, attempts
+       published_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM outbox_messages
 WHERE message_id = $1::uuid
 `
@@ -847,6 +998,7 @@ type OutboxGetRow struct {
 	TenantID          *string
 	IdempotencyKey    *string
 	Topic             string
+	OrderingKey       *string
 	CreatedAt         time.Time
 	VisibleAfter      time.Time
 	Status            string
@@ -861,10 +1013,12 @@ type OutboxGetRow struct {
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
 	Attempts          []byte
+	KeySeq            int64
 }
 
 // OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows;
-// published_at is returned as finished_at, and attempts is the attempt history.
+// published_at is returned as finished_at, attempts is the attempt history
+// and key_seq is 0 for an unordered row.
 func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (OutboxGetRow, error) {
 	row := db.QueryRow(ctx, outboxGet, arg.MessageID)
 	var i OutboxGetRow
@@ -876,6 +1030,7 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 		&i.TenantID,
 		&i.IdempotencyKey,
 		&i.Topic,
+		&i.OrderingKey,
 		&i.CreatedAt,
 		&i.VisibleAfter,
 		&i.Status,
@@ -890,8 +1045,193 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 		&i.FinishedAt,
 		&i.DeadLetteredAt,
 		&i.Attempts,
+		&i.KeySeq,
 	)
 	return i, err
+}
+
+const outboxKeyAdvance = `-- name: OutboxKeyAdvance :one
+WITH freed AS (
+    SELECT k.tenant_id, k.ordering_key
+    FROM outbox_messages AS m
+    JOIN outbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      -- A CASE, not status = ..., so that no plan reads m through the
+      -- finished rows' indexes (*_published_idx, *_dead_lettered_idx): a
+      -- generic plan did, at O(finished rows) per call.
+      AND CASE m.status
+              WHEN 'published' THEN true
+              WHEN 'dead_lettered' THEN NOT coalesce((SELECT s.strict_ordering FROM leasestore_queue_settings AS s
+                                                      WHERE s.queue = 'outbox'), false)
+              ELSE false
+          END
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE OF k
+), next AS (
+    SELECT f.tenant_id, f.ordering_key, w.message_id
+    FROM freed AS f
+    LEFT JOIN LATERAL (
+        SELECT m.message_id
+        FROM outbox_messages AS m
+        WHERE coalesce(m.tenant_id, '') = f.tenant_id
+          AND m.ordering_key = f.ordering_key
+          AND m.status = 'waiting'
+        ORDER BY m.key_seq
+        LIMIT 1
+        FOR UPDATE
+    ) AS w ON true
+), promoted AS (
+    UPDATE outbox_messages AS m
+    SET status        = 'pending',
+        visible_after = greatest(m.visible_after, coalesce($2::timestamptz, statement_timestamp()))
+    FROM next AS n
+    WHERE m.message_id = n.message_id
+    RETURNING m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key
+), headed AS (
+    UPDATE outbox_ordering_keys AS k
+    SET head_id = p.message_id,
+        head_since = coalesce($2::timestamptz, statement_timestamp())
+    FROM promoted AS p
+    WHERE k.tenant_id = p.tenant_id AND k.ordering_key = p.ordering_key
+    RETURNING k.ordering_key
+), emptied AS (
+    DELETE FROM outbox_ordering_keys AS k
+    USING next AS n
+    WHERE n.message_id IS NULL
+      AND k.tenant_id = n.tenant_id AND k.ordering_key = n.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied
+`
+
+type OutboxKeyAdvanceParams struct {
+	MessageIds []string
+	Now        *time.Time
+}
+
+type OutboxKeyAdvanceRow struct {
+	Promoted int64
+	Emptied  int64
+}
+
+// OutboxKeyAdvance frees the keys that OutboxKeyLock locked (the same heads,
+// now locked by this transaction, so it waits for no one) and promotes each
+// key's first waiting message (lowest key_seq, one descent of
+// outbox_messages_waiting_idx) to pending, due at once (or at its visible_after
+// when later), as the key's new head; a key with no waiting message left
+// loses its row. Returns how many messages it promoted.
+func (q *Queries) OutboxKeyAdvance(ctx context.Context, db DBTX, arg OutboxKeyAdvanceParams) (OutboxKeyAdvanceRow, error) {
+	row := db.QueryRow(ctx, outboxKeyAdvance, arg.MessageIds, arg.Now)
+	var i OutboxKeyAdvanceRow
+	err := row.Scan(&i.Promoted, &i.Emptied)
+	return i, err
+}
+
+const outboxKeyAdvanceVacant = `-- name: OutboxKeyAdvanceVacant :one
+WITH freed AS (
+    SELECT k.tenant_id, k.ordering_key
+    FROM outbox_ordering_keys AS k
+    WHERE k.head_id IS NULL
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE
+), next AS (
+    SELECT f.tenant_id, f.ordering_key, w.message_id
+    FROM freed AS f
+    LEFT JOIN LATERAL (
+        SELECT m.message_id
+        FROM outbox_messages AS m
+        WHERE coalesce(m.tenant_id, '') = f.tenant_id
+          AND m.ordering_key = f.ordering_key
+          AND m.status = 'waiting'
+        ORDER BY m.key_seq
+        LIMIT 1
+        FOR UPDATE
+    ) AS w ON true
+), promoted AS (
+    UPDATE outbox_messages AS m
+    SET status        = 'pending',
+        visible_after = greatest(m.visible_after, coalesce($1::timestamptz, statement_timestamp()))
+    FROM next AS n
+    WHERE m.message_id = n.message_id
+    RETURNING m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key
+), headed AS (
+    UPDATE outbox_ordering_keys AS k
+    SET head_id = p.message_id,
+        head_since = coalesce($1::timestamptz, statement_timestamp())
+    FROM promoted AS p
+    WHERE k.tenant_id = p.tenant_id AND k.ordering_key = p.ordering_key
+    RETURNING k.ordering_key
+), emptied AS (
+    DELETE FROM outbox_ordering_keys AS k
+    USING next AS n
+    WHERE n.message_id IS NULL
+      AND k.tenant_id = n.tenant_id AND k.ordering_key = n.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied
+`
+
+type OutboxKeyAdvanceVacantParams struct {
+	Now *time.Time
+}
+
+type OutboxKeyAdvanceVacantRow struct {
+	Promoted int64
+	Emptied  int64
+}
+
+// OutboxKeyAdvanceVacant is OutboxKeyAdvance for the keys whose head_id this
+// transaction cleared (OutboxPurgeHeads deleted their heads); no other
+// statement clears head_id. It reads every key row (one per key in use):
+// for purge, not for a hot path.
+func (q *Queries) OutboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg OutboxKeyAdvanceVacantParams) (OutboxKeyAdvanceVacantRow, error) {
+	row := db.QueryRow(ctx, outboxKeyAdvanceVacant, arg.Now)
+	var i OutboxKeyAdvanceVacantRow
+	err := row.Scan(&i.Promoted, &i.Emptied)
+	return i, err
+}
+
+const outboxKeyLock = `-- name: OutboxKeyLock :one
+SELECT count(*)::bigint AS locked FROM (
+    SELECT k.tenant_id, k.ordering_key
+    FROM outbox_messages AS m
+    JOIN outbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      -- A CASE, not status = ..., so that no plan reads m through the
+      -- finished rows' indexes (*_published_idx, *_dead_lettered_idx): a
+      -- generic plan did, at O(finished rows) per call.
+      AND CASE m.status
+              WHEN 'published' THEN true
+              WHEN 'dead_lettered' THEN NOT coalesce((SELECT s.strict_ordering FROM leasestore_queue_settings AS s
+                                                      WHERE s.queue = 'outbox'), false)
+              ELSE false
+          END
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE OF k
+) AS heads
+`
+
+type OutboxKeyLockParams struct {
+	MessageIds []string
+}
+
+// OutboxKeyLock locks, in key order, the key row of each outbox message among
+// message_ids that is its key's head and has finished: published, or
+// dead-lettered while the queue's strict_ordering is off
+// (leasestore_queue_settings). It waits for an enqueue of the key that has
+// not committed. Run after every write that can finish a head, in its
+// transaction, and then OutboxKeyAdvance as a statement of its own: its
+// snapshot, taken after these locks, holds every enqueue of those keys that
+// committed before, and the enqueues still to come wait for this
+// transaction. Messages are read by message_ids (the primary key), their
+// key rows by (tenant, key). Returns how many key rows it locked.
+func (q *Queries) OutboxKeyLock(ctx context.Context, db DBTX, arg OutboxKeyLockParams) (int64, error) {
+	row := db.QueryRow(ctx, outboxKeyLock, arg.MessageIds)
+	var locked int64
+	err := row.Scan(&locked)
+	return locked, err
 }
 
 const outboxLeaseHealth = `-- name: OutboxLeaseHealth :one
@@ -936,10 +1276,10 @@ func (q *Queries) OutboxLeaseHealth(ctx context.Context, db DBTX, arg OutboxLeas
 
 const outboxList = `-- name: OutboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
-       NULL::text AS idempotency_key, topic,
+       NULL::text AS idempotency_key, topic, ordering_key,
        created_at, visible_after, status, lease_owner, lease_expires_at,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
-       published_at AS finished_at, dead_lettered_at, attempts
+       published_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM outbox_messages
 WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
 ORDER BY created_at, message_id
@@ -960,6 +1300,7 @@ type OutboxListRow struct {
 	TenantID          *string
 	IdempotencyKey    *string
 	Topic             string
+	OrderingKey       *string
 	CreatedAt         time.Time
 	VisibleAfter      time.Time
 	Status            string
@@ -974,6 +1315,7 @@ type OutboxListRow struct {
 	FinishedAt        *time.Time
 	DeadLetteredAt    *time.Time
 	Attempts          []byte
+	KeySeq            int64
 }
 
 // OutboxList returns up to max_rows outbox rows ordered by (created_at,
@@ -996,6 +1338,7 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 			&i.TenantID,
 			&i.IdempotencyKey,
 			&i.Topic,
+			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
 			&i.Status,
@@ -1010,6 +1353,62 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 			&i.FinishedAt,
 			&i.DeadLetteredAt,
 			&i.Attempts,
+			&i.KeySeq,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxOrderingHealth = `-- name: OutboxOrderingHealth :many
+SELECT k.tenant_id, k.ordering_key, k.head_id,
+       (coalesce($1::timestamptz, statement_timestamp()) - k.head_since)::interval AS head_age
+FROM outbox_ordering_keys AS k
+WHERE k.head_id IS NOT NULL
+  AND EXISTS (SELECT 1 FROM outbox_messages AS w
+              WHERE coalesce(w.tenant_id, '') = k.tenant_id
+                AND w.ordering_key = k.ordering_key
+                AND w.status = 'waiting')
+ORDER BY k.head_since, k.tenant_id, k.ordering_key
+LIMIT 1
+`
+
+type OutboxOrderingHealthParams struct {
+	Now *time.Time
+}
+
+type OutboxOrderingHealthRow struct {
+	TenantID    string
+	OrderingKey string
+	HeadID      *uuid.UUID
+	HeadAge     time.Duration
+}
+
+// OutboxOrderingHealth returns the outbox key whose head has held it longest
+// while at least one message waits behind it: its tenant (” for none),
+// key, head and how long it has been the head at the database's now. No
+// row when no message waits. Reads every key row (one per key in use) and
+// one entry of outbox_messages_waiting_idx for each: for Stats and leasectl
+// doctor, not for a hot loop.
+func (q *Queries) OutboxOrderingHealth(ctx context.Context, db DBTX, arg OutboxOrderingHealthParams) ([]OutboxOrderingHealthRow, error) {
+	rows, err := db.Query(ctx, outboxOrderingHealth, arg.Now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxOrderingHealthRow{}
+	for rows.Next() {
+		var i OutboxOrderingHealthRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.OrderingKey,
+			&i.HeadID,
+			&i.HeadAge,
 		); err != nil {
 			return nil, err
 		}
@@ -1142,6 +1541,14 @@ WITH done AS (
     WHERE $4::boolean
       AND status = 'dead_lettered'
       AND dead_lettered_at < coalesce($2::timestamptz, statement_timestamp()) - $3::interval
+      -- A dead letter that holds its key (strict_ordering) is left to
+      -- OutboxPurgeHeads, which frees the key with it.
+      -- A scalar subquery: one primary-key probe per keyed dead letter,
+      -- never a scan of the key table to hash.
+      AND (ordering_key IS NULL
+           OR (SELECT k.head_id FROM outbox_ordering_keys AS k
+               WHERE k.tenant_id = coalesce(outbox_messages.tenant_id, '')
+                 AND k.ordering_key = outbox_messages.ordering_key) IS DISTINCT FROM outbox_messages.message_id)
     ORDER BY dead_lettered_at
     LIMIT $1::integer
     FOR UPDATE SKIP LOCKED
@@ -1185,6 +1592,62 @@ func (q *Queries) OutboxPurge(ctx context.Context, db DBTX, arg OutboxPurgeParam
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxPurgeHeads = `-- name: OutboxPurgeHeads :one
+WITH heads AS (
+    SELECT k.tenant_id, k.ordering_key, k.head_id
+    FROM outbox_messages AS m
+    JOIN outbox_ordering_keys AS k ON k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key
+                       AND k.head_id = m.message_id
+    WHERE m.status = 'dead_lettered'
+      AND m.dead_lettered_at < coalesce($1::timestamptz, statement_timestamp()) - $2::interval
+    ORDER BY m.dead_lettered_at
+    LIMIT $3::integer
+    FOR UPDATE OF k SKIP LOCKED
+), doomed AS (
+    SELECT m.message_id
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT head_id FROM heads))
+      AND m.status = 'dead_lettered'
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM outbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM doomed))
+    RETURNING m.message_id
+), freed AS (
+    UPDATE outbox_ordering_keys AS k
+    SET head_id = NULL, head_since = NULL
+    FROM heads AS h
+    JOIN deleted AS d ON d.message_id = h.head_id
+    WHERE k.tenant_id = h.tenant_id AND k.ordering_key = h.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT (SELECT count(*) FROM deleted)::bigint AS deleted, (SELECT count(*) FROM freed)::bigint AS freed
+`
+
+type OutboxPurgeHeadsParams struct {
+	Now       *time.Time
+	OlderThan time.Duration
+	BatchSize int32
+}
+
+type OutboxPurgeHeadsRow struct {
+	Deleted int64
+	Freed   int64
+}
+
+// OutboxPurgeHeads deletes up to batch_size dead-lettered outbox messages
+// that hold their key (strict_ordering, or a parked head whose key was not
+// freed) and were dead-lettered more than older_than ago, oldest first,
+// and frees their keys for OutboxKeyAdvanceVacant, the next statement. Key rows
+// and messages locked by others are skipped (the next call takes them), so
+// it never waits for a lock. Returns the number deleted.
+func (q *Queries) OutboxPurgeHeads(ctx context.Context, db DBTX, arg OutboxPurgeHeadsParams) (OutboxPurgeHeadsRow, error) {
+	row := db.QueryRow(ctx, outboxPurgeHeads, arg.Now, arg.OlderThan, arg.BatchSize)
+	var i OutboxPurgeHeadsRow
+	err := row.Scan(&i.Deleted, &i.Freed)
+	return i, err
 }
 
 const outboxRelease = `-- name: OutboxRelease :many
@@ -1429,15 +1892,41 @@ WITH locked AS (
     -- waits "while locking updated version" even under SKIP LOCKED), and
     -- so join a wait cycle. integration/maintenance_plan_test.go checks
     -- that the ids' keys are read, not every dead letter.
-    SELECT m.message_id, m.status
+    SELECT m.message_id, m.status, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key, m.key_seq,
+           -- A scalar subquery, a primary-key probe per keyed row (never a
+           -- scan of the key table to hash); none for an unordered row.
+           CASE WHEN m.ordering_key IS NULL THEN false
+                ELSE coalesce((SELECT k.head_id = m.message_id FROM outbox_ordering_keys AS k
+                               WHERE k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key), false)
+           END AS head
     FROM outbox_messages AS m
     WHERE m.message_id = ANY (($1::text[])::uuid[])
       AND m.status = 'dead_lettered'
     ORDER BY m.message_id
     FOR UPDATE
+), rejoining AS (
+    SELECT l.message_id, l.tenant_id, l.ordering_key,
+           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    FROM locked AS l
+    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
+), counts AS (
+    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
+           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
+    FROM rejoining AS r
+    GROUP BY r.tenant_id, r.ordering_key
+), keyed AS (
+    INSERT INTO outbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
 ), requeued AS (
     UPDATE outbox_messages AS m
-    SET status           = 'pending',
+    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -1450,6 +1939,9 @@ WITH locked AS (
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
     FROM locked AS l
+    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
+    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
+    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id
@@ -1467,7 +1959,9 @@ type OutboxRequeueParams struct {
 // lease_expires_at, last_error and dead_lettered_at cleared. The attempt
 // history is kept, and a requeued marker (an operator's entry: attempt
 // numbers start again) appended to it. Rows in any other status are left
-// alone. Returns the requeued message_ids in message_id order.
+// alone. A keyed row that holds its key (strict_ordering) is its key's head
+// again; any other keyed row rejoins its key's line at the tail (see the
+// "requeue" block). Returns the requeued message_ids in message_id order.
 func (q *Queries) OutboxRequeue(ctx context.Context, db DBTX, arg OutboxRequeueParams) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, outboxRequeue, arg.MessageIds, arg.Now)
 	if err != nil {
@@ -1499,14 +1993,40 @@ WITH picked AS (
     LIMIT $3::integer
 ), locked AS (
     -- As in OutboxRequeue: through the primary key, in key order.
-    SELECT m.message_id, m.status
+    SELECT m.message_id, m.status, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key, m.key_seq,
+           -- A scalar subquery, a primary-key probe per keyed row (never a
+           -- scan of the key table to hash); none for an unordered row.
+           CASE WHEN m.ordering_key IS NULL THEN false
+                ELSE coalesce((SELECT k.head_id = m.message_id FROM outbox_ordering_keys AS k
+                               WHERE k.tenant_id = coalesce(m.tenant_id, '') AND k.ordering_key = m.ordering_key), false)
+           END AS head
     FROM outbox_messages AS m
     WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM picked))
     ORDER BY m.message_id
     FOR UPDATE
+), rejoining AS (
+    SELECT l.message_id, l.tenant_id, l.ordering_key,
+           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    FROM locked AS l
+    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
+), counts AS (
+    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
+           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
+    FROM rejoining AS r
+    GROUP BY r.tenant_id, r.ordering_key
+), keyed AS (
+    INSERT INTO outbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
+    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+           coalesce($2::timestamptz, statement_timestamp())
+    FROM counts AS c
+    ORDER BY c.tenant_id, c.ordering_key
+    ON CONFLICT (tenant_id, ordering_key) DO UPDATE
+    SET last_seq = k.last_seq + excluded.last_seq
+    RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
 ), requeued AS (
     UPDATE outbox_messages AS m
-    SET status           = 'pending',
+    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -1519,6 +2039,9 @@ WITH picked AS (
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
     FROM locked AS l
+    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
+    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
+    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id

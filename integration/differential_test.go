@@ -52,7 +52,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Add([]byte("\x00\x01\x00\x02\x01\x00\x03\x05\x07\x01\x02"))
 	pool := newPool(f, freshURL(f), "leasestore-differential", 2)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := pool.Exec(context.Background(), "TRUNCATE inbox_messages, outbox_messages")
+		_, err := pool.Exec(context.Background(), truncateQueues)
 		require.NoError(t, err)
 		r := newDiffRun(t, pool, &byteChooser{data: data}, 0)
 		r.run(400)
@@ -153,6 +153,7 @@ var diffOps = []struct {
 	{"stats", 2, (*diffRun).stats},
 	{"get", 3, (*diffRun).get},
 	{"dead-letter-by-id", 3, (*diffRun).deadLetterByID},
+	{"strict-ordering", 1, (*diffRun).strictOrdering},
 }
 
 func (r *diffRun) run(ops int) {
@@ -218,7 +219,9 @@ var (
 	diffTenants   = []string{"", "", "a", "b"}
 	diffDelays    = []time.Duration{0, 0, 0, time.Microsecond, time.Millisecond, time.Second, 30 * time.Second}
 	diffLeaseFors = []time.Duration{time.Millisecond, time.Second, 30 * time.Second, 30 * time.Second}
-	diffErrors    = []string{"boom", "", "nul\x00byte", "bad \xff\xfe utf8", strings.Repeat("é", leasing.MaxErrorBytes)}
+	// Few keys, so that lines form and heads are shared by tenants.
+	diffOrderingKeys = []string{"", "", "", "x", "x", "y", "z"}
+	diffErrors       = []string{"boom", "", "nul\x00byte", "bad \xff\xfe utf8", strings.Repeat("é", leasing.MaxErrorBytes)}
 )
 
 func (r *diffRun) enqueue(q leasing.Queue) {
@@ -246,6 +249,7 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 		} else {
 			m.Topic = oneOf(r, "", "orders")
 		}
+		m.OrderingKey = oneOf(r, diffOrderingKeys...)
 		m.Delay = oneOf(r, diffDelays...)
 		if r.c.intn(25) == 0 {
 			m.Delay = -time.Second
@@ -254,7 +258,7 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 	}
 	var desc []string
 	for _, m := range msgs {
-		desc = append(desc, fmt.Sprintf("{%s tenant=%q key=%q topic=%q delay=%s}", short(m.ID), m.TenantID, m.IdempotencyKey, m.Topic, m.Delay))
+		desc = append(desc, fmt.Sprintf("{%s tenant=%q key=%q topic=%q ordering=%q delay=%s}", short(m.ID), m.TenantID, m.IdempotencyKey, m.Topic, m.OrderingKey, m.Delay))
 	}
 	r.log("%s enqueue %s", q, strings.Join(desc, " "))
 	mres, merr := r.mem[q].Enqueue(r.ctx, msgs...)
@@ -522,7 +526,26 @@ func (r *diffRun) stats(q leasing.Queue) {
 	ms, merr := r.mem[q].Stats(r.ctx)
 	ps, perr := r.pg[q].Stats(r.ctx)
 	r.same("stats error", errKind(merr), errKind(perr))
-	r.same("stats", ms, ps) // fmt prints maps sorted by key
+	r.same("stats", normStats(ms), normStats(ps)) // fmt prints maps sorted by key
+}
+
+// normStats prints st with its waiting head's fields, not its address.
+func normStats(st leasing.Stats) string {
+	head := "nil"
+	if h := st.WaitingHead; h != nil {
+		head = fmt.Sprintf("{tenant=%q key=%q head=%s age=%s}", h.TenantID, h.OrderingKey, h.MessageID, h.Age)
+	}
+	st.WaitingHead = nil
+	return fmt.Sprintf("%v head=%s", st, head)
+}
+
+// strictOrdering turns strict ordering on or off in both stores.
+func (r *diffRun) strictOrdering(q leasing.Queue) {
+	strict := r.c.intn(2) == 0
+	r.log("%s strict ordering %t", q, strict)
+	require.NoError(r.t, r.mem[q].SetStrictOrdering(r.ctx, strict))
+	require.NoError(r.t, r.pg[q].SetStrictOrdering(r.ctx, strict))
+	r.seen[fmt.Sprintf("strict %t", strict)]++
 }
 
 func (r *diffRun) get(q leasing.Queue) {
@@ -572,7 +595,10 @@ func short(id uuid.UUID) string { return id.String()[:8] }
 // errKind names an error for comparison: argument errors by their text,
 // sentinels by name, anything else (a driver error) as "other".
 func errKind(err error) string {
-	var ae *leasing.ArgumentError
+	var (
+		ae       *leasing.ArgumentError
+		conflict *leasing.OrderingKeyConflictError
+	)
 	switch {
 	case err == nil:
 		return "ok"
@@ -580,6 +606,8 @@ func errKind(err error) string {
 		return "invalid argument: " + ae.Error()
 	case errors.Is(err, leasing.ErrDuplicate):
 		return "duplicate"
+	case errors.As(err, &conflict):
+		return "ordering key conflict: " + conflict.ID.String()
 	case errors.Is(err, leasing.ErrNotFound):
 		return "not found"
 	case errors.Is(err, leasing.ErrLeaseHeld):
@@ -610,8 +638,9 @@ func normJSON(b json.RawMessage) string {
 }
 
 func normMessage(m leasing.Message) string {
-	return fmt.Sprintf("id=%s type=%q payload=%x headers=%s tenant=%q key=%q topic=%q created=%s visible=%s",
-		m.ID, m.Type, m.Payload, normJSON(m.Headers), m.TenantID, m.IdempotencyKey, m.Topic, normTime(m.CreatedAt), normTime(m.VisibleAfter))
+	return fmt.Sprintf("id=%s type=%q payload=%x headers=%s tenant=%q key=%q topic=%q ordering=%q created=%s visible=%s",
+		m.ID, m.Type, m.Payload, normJSON(m.Headers), m.TenantID, m.IdempotencyKey, m.Topic, m.OrderingKey,
+		normTime(m.CreatedAt), normTime(m.VisibleAfter))
 }
 
 func normLeases(ls []leasing.Lease) []string {
@@ -624,8 +653,8 @@ func normLeases(ls []leasing.Lease) []string {
 }
 
 func normRow(r leasing.Row) string {
-	return fmt.Sprintf("{%s status=%s owner=%q expires=%s gen=%d attempts=%d attempted=%s last_error=%q finished=%s dead=%s history=%s}",
-		normMessage(r.Message), r.Status, r.LeaseOwner, normTimePtr(r.LeaseExpiresAt), r.LeaseGeneration, r.AttemptCount,
+	return fmt.Sprintf("{%s status=%s seq=%d owner=%q expires=%s gen=%d attempts=%d attempted=%s last_error=%q finished=%s dead=%s history=%s}",
+		normMessage(r.Message), r.Status, r.KeySeq, r.LeaseOwner, normTimePtr(r.LeaseExpiresAt), r.LeaseGeneration, r.AttemptCount,
 		normTimePtr(r.LastAttemptedAt), r.LastError, normTimePtr(r.FinishedAt), normTimePtr(r.DeadLetteredAt), normAttempts(r.Attempts))
 }
 

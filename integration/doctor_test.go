@@ -44,7 +44,7 @@ func TestDoctor(t *testing.T) {
 		require.Positive(t, in.ClaimBuffers)
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_ready_idx")
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_inflight_idx")
-		require.Len(t, in.Indexes, 9)
+		require.Len(t, in.Indexes, 10)
 		require.True(t, in.MayVacuum, "the test user owns the tables")
 		for _, ix := range in.Indexes {
 			require.True(t, ix.Present && ix.Valid, ix.Name)

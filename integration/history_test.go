@@ -233,9 +233,10 @@ func TestRolesKeepWorkingAcross00006(t *testing.T) {
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	_, err = provider.UpTo(ctx, 5)
 	require.NoError(t, err)
-	// db/roles.sql as it was before 00006: without the attempts column.
-	before := strings.ReplaceAll(rolesSQL(t), ", attempts)", ")")
-	require.NotEqual(t, rolesSQL(t), before)
+	// db/roles.sql as it was before 00006: without the attempts column
+	// (nor what 00010 added).
+	before := strings.ReplaceAll(rolesBefore00010(t), ", attempts)", ")")
+	require.NotEqual(t, rolesBefore00010(t), before)
 	rolesMu.Lock()
 	_, err = adminConn(t, url).Exec(ctx, before)
 	rolesMu.Unlock()
@@ -263,5 +264,52 @@ func TestRolesKeepWorkingAcross00006(t *testing.T) {
 		row, err := store.Get(ctx, l.Message.ID)
 		require.NoError(t, err)
 		require.Len(t, row.Attempts, 2)
+	}
+}
+
+// rolesBefore00010 is db/roles.sql without what migration 00010 needs: the
+// key_seq column and the ordering keys' tables.
+func rolesBefore00010(tb testing.TB) string {
+	tb.Helper()
+	text := strings.ReplaceAll(rolesSQL(tb), ", key_seq)", ")")
+	start := strings.Index(text, "-- Ordering keys (migration 00010)")
+	end := strings.Index(text, "GRANT DELETE ON inbox_messages")
+	require.True(tb, start > 0 && end > start, "db/roles.sql holds the ordering keys' block before the operator's DELETE")
+	return text[:start] + text[end:]
+}
+
+// TestRolesKeepWorkingAcross00010: a database whose roles were applied at
+// migration 00009 is migrated on and db/roles.sql is not run again:
+// processors still enqueue, claim and complete keyed messages, because
+// 00010 grants leasestore_processor what they need.
+func TestRolesKeepWorkingAcross00010(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := dbtest.NewEmptyDatabase(t)
+	pool := newPool(t, url, "", 2)
+	provider, sqlDB, err := db.NewMigrator(pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	_, err = provider.UpTo(ctx, 9)
+	require.NoError(t, err)
+	rolesMu.Lock()
+	_, err = adminConn(t, url).Exec(ctx, rolesBefore00010(t))
+	rolesMu.Unlock()
+	require.NoError(t, err)
+	_, err = provider.Up(ctx)
+	require.NoError(t, err)
+
+	role := loginRole(t, url, "leasestore_processor")
+	for _, q := range queuesBoth {
+		store := openStore(t, asUser(t, url, role), q, leasing.PostgresOptions{})
+		res, err := store.Enqueue(ctx, leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
+		require.NoError(t, err)
+		for _, id := range res.IDs {
+			l := claimOne(t, store, "w")
+			require.Equal(t, id, l.Message.ID)
+			w, err := store.Complete(ctx, l)
+			require.NoError(t, err, q)
+			require.NoError(t, w.Err())
+		}
 	}
 }

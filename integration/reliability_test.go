@@ -95,7 +95,7 @@ func isArgErr(err error) bool {
 }
 
 // recycledDBs hands out migrated databases and takes them back emptied
-// (TRUNCATE) when the borrowing test ends, so that a suite of many small
+// (truncateQueues) when the borrowing test ends, so that a suite of many small
 // cases pays for a few CREATE DATABASE instead of one per case. The
 // databases belong to owner, whose end drops them. A database whose
 // borrower failed is not reused.
@@ -138,10 +138,15 @@ func (r *recycledDBs) put(tb testing.TB, url string) {
 		return
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "TRUNCATE inbox_messages, outbox_messages"); err != nil {
+	if _, err := conn.Exec(ctx, truncateQueues); err != nil {
 		return
 	}
 	r.mu.Lock()
 	r.free = append(r.free, url)
 	r.mu.Unlock()
 }
+
+// truncateQueues empties both queues, their ordering keys, and sets strict
+// ordering back to its default: a database as migrated.
+const truncateQueues = "TRUNCATE inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys; " +
+	"UPDATE leasestore_queue_settings SET strict_ordering = false"

@@ -93,6 +93,15 @@ func (s *processorRoleStore) Purge(ctx context.Context, r leasing.PurgeRequest) 
 	return s.operator.Purge(ctx, r)
 }
 
+// SetStrictOrdering is an operator action too: refused to the processor
+// role, then set as a leasestore_operator login.
+func (s *processorRoleStore) SetStrictOrdering(ctx context.Context, strict bool) error {
+	if err := s.Postgres.SetStrictOrdering(ctx, strict); !isPermissionDenied(err) {
+		s.tb.Errorf("SetStrictOrdering as leasestore_processor: want permission denied, got %v", err)
+	}
+	return s.operator.SetStrictOrdering(ctx, strict)
+}
+
 func isPermissionDenied(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42501"

@@ -42,7 +42,9 @@ func soakDuration(t *testing.T) time.Duration {
 // leases held past their expiry and written after another worker
 // reclaimed them, ReleaseOrphans, Requeue by id (in reverse id order) and
 // RequeueAll, Purge with and without dead letters, VacuumIfDead and the
-// processors' vacuum policy (processor.KeepVacuumed). It asserts the store's
+// processors' vacuum policy (processor.KeepVacuumed), with half the
+// messages keyed (promotions in every complete and dead letter) and strict
+// ordering switched on and off. It asserts the store's
 // one lock order (db/queries/queue.sql.tmpl): no call returned an error
 // (outcomes such as lost or terminal are answers, not errors), and the
 // database's deadlock counter moved no more than the one cycle that order
@@ -121,7 +123,7 @@ func TestSoakAllOperations(t *testing.T) {
 var soakKinds = []string{
 	"enqueue", "enqueue-duplicates", "claim", "complete-and-claim", "renew", "complete", "fail", "dead-letter",
 	"release", "stale-write", "release-orphans", "requeue", "requeue-all", "purge", "purge-dead-lettered",
-	"vacuum-if-dead", "keep-vacuumed",
+	"vacuum-if-dead", "keep-vacuumed", "strict-ordering",
 }
 
 // soak is one TestSoakAllOperations run: its actors, counters and errors.
@@ -212,9 +214,21 @@ func (s *soak) deadOf(q leasing.Queue) *deadIDs {
 func (s *soak) run(q leasing.Queue, store *leasing.Postgres) {
 	ctx := context.Background()
 	const leaseFor = 300 * time.Millisecond
+	// Half the messages have one of 20 ordering keys, so that keys form
+	// lines: their heads are promoted by completes and dead letters, in
+	// the same transactions, while enqueues of the same keys run.
 	message := func() leasing.NewMessage {
-		return leasing.NewMessage{ID: uuid.New(), Type: "soak", Payload: []byte("x")}
+		m := leasing.NewMessage{ID: uuid.New(), Type: "soak", Payload: []byte("x")}
+		if k := rand.IntN(40); k < 20 {
+			m.OrderingKey = fmt.Sprintf("soak-key-%d", k)
+		}
+		return m
 	}
+	// Strict ordering switched on and off: dead-lettered heads then keep
+	// their keys until requeued or purged.
+	s.loop(func(r *rand.Rand) {
+		s.call(q, "strict-ordering", store.SetStrictOrdering(ctx, r.IntN(2) == 0))
+	}, 50*time.Millisecond)
 
 	// Enqueues; inbox duplicates: the same new ids enqueued by two calls at
 	// once, one in reverse order.

@@ -90,7 +90,10 @@ func (s *Postgres) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) 
 	}
 	now := s.pinned()
 	var res deadLetterByID
-	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) { res, err = s.sql.deadLetterByID(ctx, db, now, r); return err })
+	steps := append([]func(gen.DBTX) error{
+		func(db gen.DBTX) (err error) { res, err = s.sql.deadLetterByID(ctx, db, now, r); return err },
+	}, s.keySteps(ctx, []uuid.UUID{r.ID})...)
+	err := s.pipelineSessionPlans(ctx, steps...)
 	if err != nil {
 		return Attempt{}, fmt.Errorf("leasing: dead-letter %s message %s: %w", s.queue, r.ID, err)
 	}
@@ -166,6 +169,7 @@ func (m *Memory) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) (A
 	row.Status, row.DeadLetteredAt, row.LastError = StatusDeadLettered, &dead, SanitizeError(r.Reason)
 	row.LeaseOwner, row.LeaseExpiresAt = "", nil
 	row.Attempts = appendAttempt(row.Attempts, a)
+	m.finishHead(row, now)
 	return a, nil
 }
 

@@ -19,6 +19,40 @@
 // in each message's headers ([HeaderTraceParent]); [Message.SpanContext]
 // reads it back, and the processor links each attempt's span to it.
 //
+// # Ordering keys
+//
+// A message enqueued with NewMessage.OrderingKey joins the line of its key
+// (scoped by tenant: the same key in two tenants is two keys). Only the
+// key's head, its first unfinished message, can be claimed; the messages
+// behind it are StatusWaiting. A claim of N therefore returns at most one
+// message per key, and no two leases are ever live on two messages of one
+// key. The head keeps its key while it is pending, leased (also after its
+// lease expired and until it is reclaimed), failed and waiting out its
+// backoff, or released. When it finishes (completed, published, or
+// dead-lettered), the next message of its key becomes pending, in the same
+// transaction as the write.
+//
+// The order is the key's enqueue order: within one Enqueue call, slice
+// order; across calls, the order in which their transactions committed
+// (concurrent enqueues of one key serialise on the key's row). Callers that
+// enqueue one key's messages from sequential transactions (as writes to one
+// aggregate usually are) get them in created_at order.
+//
+// Dead letters: by default a dead-lettered head frees its key. With strict
+// ordering (SetStrictOrdering, per queue, stored in the database so that
+// every process agrees) it keeps the key blocked until it is requeued (it
+// is then the key's head again) or purged (the next message is promoted).
+// A requeued dead letter that does not hold its key rejoins the key's line
+// at its tail.
+//
+// Costs: a keyed enqueue runs a second statement (its rows' places, one
+// upsert per key); a Complete or DeadLetter of keyed leases runs two more
+// statements in the same round trip and transaction (free the keys, then
+// promote; one index descent per key). The store tells keyed leases by
+// Lease.Message.OrderingKey: pass leases back unchanged. An EnqueueTx of a
+// keyed message holds its key's row until the caller's transaction ends;
+// finishing that key's head waits for it (PostgresOptions.LockTimeout).
+//
 // The runtime over a Store (a claim loop with worker slots, a heartbeat
 // that renews, a writer that batches outcomes, retries, metrics and the
 // LISTEN work signal) is package leasing/processor.

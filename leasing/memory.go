@@ -39,8 +39,10 @@ type Memory struct {
 	now     func() time.Time
 	tracing tracing
 
-	mu   sync.Mutex
-	rows map[uuid.UUID]*Row
+	mu     sync.Mutex
+	rows   map[uuid.UUID]*Row
+	keys   map[[2]string]*memKey // ordering keys in use, by (tenant, key)
+	strict bool                  // SetStrictOrdering
 }
 
 var _ Store = (*Memory)(nil)
@@ -56,7 +58,7 @@ func NewMemory(q Queue, opts MemoryOptions) (*Memory, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{queue: q, now: now, tracing: newTracing(opts.TracerProvider), rows: make(map[uuid.UUID]*Row)}, nil
+	return &Memory{queue: q, now: now, tracing: newTracing(opts.TracerProvider), rows: make(map[uuid.UUID]*Row), keys: make(map[[2]string]*memKey)}, nil
 }
 
 // Queue returns the queue this store serves.
@@ -66,7 +68,8 @@ func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsec
 
 // Load stores rows as given, replacing rows with the same ID: for importing
 // state and for tests of edge cases the API cannot produce, such as legacy
-// in-flight rows without a lease expiry.
+// in-flight rows without a lease expiry. Rows with an ordering key are
+// stored as given: Load keeps no key lines for them.
 //
 // Errors: an *ArgumentError for a row with an unknown status or a nil ID.
 func (m *Memory) Load(rows ...Row) error {
@@ -105,10 +108,25 @@ func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (res EnqueueRe
 	defer m.mu.Unlock()
 	inserted := []uuid.UUID{}
 	added := map[uuid.UUID]*Row{}
-	keys := map[[2]string]bool{}
+	var order []*Row // added rows in input order
+	keys := map[[2]string]*Row{}
 	for _, r := range m.rows {
 		if r.IdempotencyKey != "" {
-			keys[[2]string{r.TenantID, r.IdempotencyKey}] = true
+			keys[[2]string{r.TenantID, r.IdempotencyKey}] = r
+		}
+	}
+	for _, msg := range msgs {
+		// As the SQL: a keyed duplicate of a stored message of another
+		// ordering key (or none) fails the call, before anything is inserted.
+		if m.queue != Inbox || msg.OrderingKey == "" {
+			continue
+		}
+		if r := m.rows[msg.ID]; r != nil && r.OrderingKey != msg.OrderingKey {
+			return EnqueueResult{}, &OrderingKeyConflictError{ID: msg.ID}
+		}
+		if r := keys[[2]string{msg.TenantID, msg.IdempotencyKey}]; msg.IdempotencyKey != "" && r != nil &&
+			r.OrderingKey != msg.OrderingKey {
+			return EnqueueResult{}, &OrderingKeyConflictError{ID: msg.ID}
 		}
 	}
 	for _, msg := range msgs {
@@ -119,24 +137,33 @@ func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (res EnqueueRe
 			continue
 		}
 		key := [2]string{msg.TenantID, msg.IdempotencyKey}
-		if msg.IdempotencyKey != "" && keys[key] {
+		if msg.IdempotencyKey != "" && keys[key] != nil {
 			continue
 		}
-		keys[key] = msg.IdempotencyKey != ""
 		now := m.clock()
-		added[msg.ID] = &Row{
+		r := &Row{
 			Message: Message{
 				ID: msg.ID, Type: msg.Type, Payload: msg.Payload, Headers: msg.Headers,
 				TenantID: msg.TenantID, IdempotencyKey: msg.IdempotencyKey, Topic: msg.Topic,
-				CreatedAt: now, VisibleAfter: now.Add(msg.Delay.Truncate(time.Microsecond)),
+				OrderingKey: msg.OrderingKey,
+				CreatedAt:   now, VisibleAfter: now.Add(msg.Delay.Truncate(time.Microsecond)),
 			},
 			Status:   StatusPending,
 			Attempts: []Attempt{},
 		}
+		if msg.IdempotencyKey != "" {
+			keys[key] = r
+		}
+		added[msg.ID] = r
+		order = append(order, r)
 		inserted = append(inserted, msg.ID)
 	}
-	for id, r := range added {
-		m.rows[id] = r
+	now := m.clock()
+	for _, r := range order {
+		m.rows[r.ID] = r
+		if r.OrderingKey != "" {
+			m.place(r, now)
+		}
 	}
 	return enqueueResult(msgs, inserted), nil
 }
@@ -220,6 +247,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 			r.Status, r.DeadLetteredAt, r.LeaseExpiresAt = StatusDeadLettered, &at, nil
 			r.LastError = "parked by the claim: " + reason
 			parked = append(parked, ParkedRow{ID: r.ID, Reason: r.LastError})
+			m.finishHead(r, now)
 			continue
 		}
 		dueAt := m.dueAt(r, leaseFor)
@@ -342,6 +370,7 @@ func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, er
 			}
 			set(r, i, now)
 			r.Attempts = appendAttempt(r.Attempts, a)
+			m.finishHead(r, now)
 			if column != "" {
 				r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, column
 			}
@@ -538,6 +567,7 @@ func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
 	defer m.mu.Unlock()
 	now := m.clock()
 	requeued := []uuid.UUID{}
+	var rejoining []*Row
 	for id, r := range m.rows {
 		if r.Status != StatusDeadLettered || !want(id) {
 			continue
@@ -545,7 +575,16 @@ func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
 		r.Attempts = appendAttempt(r.Attempts, Attempt{Attempt: r.AttemptCount, FinishedAt: now, Outcome: AttemptRequeued, Operator: true})
 		r.Status, r.VisibleAfter, r.AttemptCount = StatusPending, now, 0
 		r.LeaseOwner, r.LeaseExpiresAt, r.LastError, r.DeadLetteredAt = "", nil, "", nil
+		if r.OrderingKey != "" && !m.holdsKey(r) {
+			rejoining = append(rejoining, r)
+		}
 		requeued = append(requeued, id)
+	}
+	// Rows that do not hold their key rejoin its line at the tail, in their
+	// old order, as the SQL requeue does.
+	sortByKeySeq(rejoining)
+	for _, r := range rejoining {
+		m.place(r, now)
 	}
 	slices.SortFunc(requeued, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	return requeued
@@ -563,17 +602,31 @@ func (m *Memory) Purge(ctx context.Context, req PurgeRequest) (int, error) {
 	defer m.mu.Unlock()
 	cutoff := m.clock().Add(-req.OlderThan.Truncate(time.Microsecond))
 	deleted := 0
+	var heads []*Row
 	for id, r := range m.rows {
 		if deleted == req.BatchSize {
 			break
 		}
 		finished := r.Status == m.queue.Succeeded() && r.FinishedAt.Before(cutoff)
 		dead := req.IncludeDeadLettered && r.Status == StatusDeadLettered && r.DeadLetteredAt.Before(cutoff)
+		if dead && m.holdsKey(r) {
+			heads = append(heads, r) // purged below, with its key freed
+			continue
+		}
 		if finished || dead {
 			delete(m.rows, id)
 			deleted++
 		}
 	}
+	// Dead letters that hold their keys (strict ordering), oldest first, as
+	// PurgeHeads: each deletion promotes the key's next message.
+	slices.SortFunc(heads, func(a, b *Row) int { return a.DeadLetteredAt.Compare(*b.DeadLetteredAt) })
+	now := m.clock()
+	for _, r := range heads[:min(len(heads), req.BatchSize-deleted)] {
+		delete(m.rows, r.ID)
+		m.advance(keyOf(r), now)
+	}
+	deleted += min(len(heads), req.BatchSize-deleted)
 	return deleted, nil
 }
 
@@ -601,6 +654,7 @@ func (m *Memory) Stats(ctx context.Context) (Stats, error) {
 	if oldest != nil {
 		st.OldestDueAge = now.Sub(*oldest)
 	}
+	st.WaitingHead = m.waitingHead(now)
 	return st, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -122,8 +123,9 @@ type Postgres struct {
 	lockTimeout string // lock_timeout setting, e.g. "5000ms"
 	tracing     tracing
 
-	schemaMu sync.Mutex  // held while the lazy schema check runs
-	schemaOK atomic.Bool // the schema check passed, or is skipped
+	schemaMu  sync.Mutex  // held while the lazy schema check runs
+	schemaOK  atomic.Bool // the schema check passed, or is skipped
+	skipCheck bool        // PostgresOptions.SkipSchemaCheck
 }
 
 var _ Store = (*Postgres)(nil)
@@ -157,6 +159,7 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	}
 	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout, tracing: newTracing(opts.TracerProvider)}
 	s.schemaOK.Store(opts.SkipSchemaCheck)
+	s.skipCheck = opts.SkipSchemaCheck
 	return s, nil
 }
 
@@ -255,10 +258,27 @@ func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (r
 	defer func() { endSend(span, len(res.Duplicates), err) }()
 	now := s.pinned()
 	var inserted []uuid.UUID
-	if tx != nil {
-		inserted, err = s.sql.enqueue(ctx, tx, now, msgs)
-	} else {
-		err = s.pipelineAnySchema(ctx, func(db gen.DBTX) (err error) { inserted, err = s.sql.enqueue(ctx, db, now, msgs); return err })
+	steps := []func(gen.DBTX) error{func(db gen.DBTX) (err error) { inserted, err = s.sql.enqueue(ctx, db, now, msgs); return err }}
+	if hasKeys(msgs) {
+		// Keyed rows take their places in their keys' lines in a second
+		// statement of the same transaction (db/queries InboxEnqueueOrder).
+		ids := make([]uuid.UUID, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		steps = append(steps, func(db gen.DBTX) error { _, err := s.sql.enqueueOrder(ctx, db, now, ids); return err })
+	}
+	switch {
+	case tx != nil:
+		for _, step := range steps {
+			if err = step(tx); err != nil {
+				break
+			}
+		}
+	case hasKeys(msgs):
+		err = s.pipelineSessionPlans(ctx, steps...)
+	default:
+		err = s.pipelineAnySchema(ctx, steps...)
 	}
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w", s.queue, err)
@@ -294,6 +314,13 @@ func (s *Postgres) EnqueueCopy(ctx context.Context, tx pgx.Tx, msgs ...NewMessag
 		endSend(span, 0, err)
 		return nil, err
 	}
+	if hasKeys(msgs) {
+		if _, err := s.sql.enqueueOrder(ctx, tx, s.pinned(), ids); err != nil {
+			err = fmt.Errorf("leasing: copy into %s: order keys: %w", s.queue, err)
+			endSend(span, 0, err)
+			return nil, err
+		}
+	}
 	endSend(span, 0, nil)
 	return ids, nil
 }
@@ -312,6 +339,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
+	s.releaseParked(ctx, parked)
 	return leases, parkedError(s.queue, parked)
 }
 
@@ -350,7 +378,7 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 		return WriteResult{}, err
 	}
 	f := s.fence(owner, leases)
-	return s.write(ctx, "release", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.release(ctx, db, f) })
+	return s.write(ctx, "release", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.release(ctx, db, f) }, nil)
 }
 
 // ReleaseOrphans implements Store.ReleaseOrphans with one statement.
@@ -377,7 +405,7 @@ func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, 
 		return WriteResult{}, err
 	}
 	f := s.fence(owner, leases)
-	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, f) })
+	return s.write(ctx, "complete", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.complete(ctx, db, f) }, keyedIDs(leases))
 }
 
 // CompleteAndClaim implements Store.CompleteAndClaim: the Complete
@@ -402,13 +430,16 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 		leases   []Lease
 		parked   []ParkedRow
 	)
-	err = s.pipeline(ctx,
+	// The keys the completes free are promoted before the claim, which
+	// then sees the promoted messages.
+	steps := append([]func(gen.DBTX) error{
 		func(db gen.DBTX) (err error) { outcomes, err = s.sql.complete(ctx, db, f); return err },
-		func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err },
-	)
-	if err != nil {
+	}, s.keySteps(ctx, keyedIDs(done))...)
+	steps = append(steps, func(db gen.DBTX) (err error) { leases, parked, err = s.runClaim(ctx, db, r); return err })
+	if err = s.pipeline(ctx, steps...); err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
+	s.releaseParked(ctx, parked)
 	return WriteResult{Outcomes: outcomes}, leases, parkedError(s.queue, parked)
 }
 
@@ -419,7 +450,7 @@ func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, 
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "fail", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.fail(ctx, db, f) })
+	return s.write(ctx, "fail", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.fail(ctx, db, f) }, nil)
 }
 
 // DeadLetter implements Store.DeadLetter with one statement for the batch.
@@ -429,14 +460,17 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "dead-letter", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.deadLetter(ctx, db, f) })
+	return s.write(ctx, "dead-letter", func(db gen.DBTX) ([]MessageOutcome, error) { return s.sql.deadLetter(ctx, db, f) },
+		keyedIDs(leasesOf(failures)))
 }
 
-// write runs one fenced write statement (see pipeline) and wraps its error
-// with op and the queue.
-func (s *Postgres) write(ctx context.Context, op string, stmt func(gen.DBTX) ([]MessageOutcome, error)) (WriteResult, error) {
+// write runs one fenced write statement (see pipeline), then, in the same
+// transaction, the key steps for keyed, the ids of the keyed messages it
+// may finish (keySteps), and wraps its error with op and the queue.
+func (s *Postgres) write(ctx context.Context, op string, stmt func(gen.DBTX) ([]MessageOutcome, error), keyed []uuid.UUID) (WriteResult, error) {
 	var out []MessageOutcome
-	err := s.pipeline(ctx, func(db gen.DBTX) (err error) { out, err = stmt(db); return err })
+	steps := append([]func(gen.DBTX) error{func(db gen.DBTX) (err error) { out, err = stmt(db); return err }}, s.keySteps(ctx, keyed)...)
+	err := s.pipeline(ctx, steps...)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
 	}
@@ -508,6 +542,21 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("leasing: purge %s: %w", s.queue, err)
 	}
+	if r.IncludeDeadLettered && int(n) < r.BatchSize {
+		// Dead letters that hold their keys (strict ordering) are purged
+		// with their keys freed and the next messages promoted.
+		heads := r
+		heads.BatchSize = r.BatchSize - int(n)
+		var h int64
+		err := s.pipelineSessionPlans(ctx,
+			func(db gen.DBTX) (err error) { h, err = s.sql.purgeHeads(ctx, db, now, heads); return err },
+			func(db gen.DBTX) error { _, err := s.sql.keyAdvanceVacant(ctx, db, now); return err },
+		)
+		if err != nil {
+			return int(n), fmt.Errorf("leasing: purge %s (after %d deleted): %w", s.queue, n, err)
+		}
+		n += h
+	}
 	return int(n), nil
 }
 
@@ -520,14 +569,34 @@ func (s *Postgres) Stats(ctx context.Context) (Stats, error) {
 		counts map[Status]int64
 		health leaseHealth
 	)
-	err := s.pipelineAnySchema(ctx,
+	var head *WaitingHead
+	steps := []func(gen.DBTX) error{
 		func(db gen.DBTX) (err error) { counts, err = s.sql.countByStatus(ctx, db); return err },
 		func(db gen.DBTX) (err error) { health, err = s.sql.leaseHealth(ctx, db, now); return err },
-	)
-	if err != nil {
+	}
+	orderingHealth := func(db gen.DBTX) (err error) { head, err = s.sql.orderingHealth(ctx, db, now); return err }
+	// The ordering keys' table exists from migration 00010 on; on an older
+	// schema Stats reports no waiting head.
+	checked := !s.skipCheck && s.schemaReady(ctx) == nil
+	if checked {
+		steps = append(steps, orderingHealth)
+	}
+	if err := s.pipelineAnySchema(ctx, steps...); err != nil {
 		return Stats{}, fmt.Errorf("leasing: stats %s: %w", s.queue, err)
 	}
-	st := Stats{Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.expiredLeases, OldestDueAge: health.oldestDueAge}
+	if s.skipCheck {
+		// Unchecked (leasectl doctor): asked on its own, and an undefined
+		// table (SQLSTATE 42P01) means a schema before 00010.
+		var pgErr *pgconn.PgError
+		err := s.pipelineAnySchema(ctx, orderingHealth)
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P01") {
+			return Stats{}, fmt.Errorf("leasing: stats %s: %w", s.queue, err)
+		}
+	}
+	st := Stats{
+		Queue: s.queue, Depth: emptyDepth(s.queue), ExpiredLeases: health.expiredLeases, OldestDueAge: health.oldestDueAge,
+		WaitingHead: head,
+	}
 	for status, n := range counts {
 		st.Depth[status] = n
 	}

@@ -29,7 +29,7 @@ func ParseQueue(s string) (Queue, error) {
 	return "", argumentError("queue", "must be inbox or outbox, got %q", s)
 }
 
-// Status is a row's state: pending, failed and dead_lettered on both queues,
+// Status is a row's state: waiting, pending, failed and dead_lettered on both queues,
 // processing/completed on the inbox and publishing/published on the outbox.
 type Status string
 
@@ -42,6 +42,10 @@ const (
 	StatusPublished    Status = "published"
 	StatusFailed       Status = "failed"
 	StatusDeadLettered Status = "dead_lettered"
+	// StatusWaiting is a keyed message behind its key's head (see
+	// NewMessage.OrderingKey): not claimable until every earlier message of
+	// its key has finished, when it is promoted to pending.
+	StatusWaiting Status = "waiting"
 )
 
 // Table returns the table that holds queue q's rows: "inbox_messages" or
@@ -71,10 +75,10 @@ func (q Queue) Succeeded() Status {
 	return StatusCompleted
 }
 
-// Statuses returns the queue's five statuses in lifecycle order: pending,
-// in flight, succeeded, failed, dead_lettered.
+// Statuses returns the queue's six statuses in lifecycle order: waiting,
+// pending, in flight, succeeded, failed, dead_lettered.
 func (q Queue) Statuses() []Status {
-	return []Status{StatusPending, q.InFlight(), q.Succeeded(), StatusFailed, StatusDeadLettered}
+	return []Status{StatusWaiting, StatusPending, q.InFlight(), q.Succeeded(), StatusFailed, StatusDeadLettered}
 }
 
 // ParseStatus returns the status named s if it belongs to queue q.
@@ -110,6 +114,9 @@ type Message struct {
 	IdempotencyKey string
 	// Topic is the outbox destination; always empty on the inbox.
 	Topic string
+	// OrderingKey is the message's ordering key (NewMessage.OrderingKey);
+	// empty for an unordered message.
+	OrderingKey string
 	// CreatedAt is the store clock at insert; claims are FIFO by (CreatedAt, ID).
 	CreatedAt time.Time
 	// VisibleAfter is the store time from which the row may be claimed.
@@ -174,6 +181,9 @@ type Row struct {
 	FinishedAt *time.Time
 	// DeadLetteredAt is set while the row is dead_lettered.
 	DeadLetteredAt *time.Time
+	// KeySeq is the message's place in its ordering key's line (the line
+	// is served in KeySeq order); 0 for an unordered message.
+	KeySeq int64
 	// Attempts is the attempt history: the last AttemptHistoryLimit finished
 	// attempts (and operator actions), oldest first, never nil. The attempt
 	// in flight, if any, is not in it yet: LeaseOwner, LeaseGeneration and

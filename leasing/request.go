@@ -24,6 +24,9 @@ const (
 	MaxErrorBytes = 8 << 10
 	// MaxDelay is the longest enqueue delay or retry delay.
 	MaxDelay = 365 * 24 * time.Hour
+	// MaxOrderingKeyBytes is the longest NewMessage.OrderingKey, in bytes
+	// of UTF-8.
+	MaxOrderingKeyBytes = 256
 )
 
 // ClaimRequest asks for leases on up to BatchSize due messages.
@@ -80,6 +83,11 @@ type NewMessage struct {
 	IdempotencyKey string
 	// Topic is the outbox destination; it must be empty on the inbox.
 	Topic string
+	// OrderingKey, when not empty, orders the message among the messages of
+	// the same key and tenant: they are handled one at a time, in enqueue
+	// order (see the package's "Ordering keys" section). Empty means
+	// unordered. 1..MaxOrderingKeyBytes bytes of UTF-8 without NUL.
+	OrderingKey string
 	// Delay defers the first claim by this long from the store's now,
 	// 0..MaxDelay.
 	Delay time.Duration
@@ -158,6 +166,7 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 	}
 	out := make([]NewMessage, len(msgs))
 	seen := make(map[uuid.UUID]bool, len(msgs))
+	idemKeys := map[[2]string]string{}
 	for i, m := range msgs {
 		switch {
 		case len(m.Payload) > MaxPayloadBytes:
@@ -174,6 +183,9 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 				return nil, argumentError("message text", "message %d: type, tenant, key and topic must be UTF-8 without NUL", i)
 			}
 		}
+		if err := validateOrderingKey(i, m.OrderingKey); err != nil {
+			return nil, err
+		}
 		if err := ValidateDelay("delay", m.Delay); err != nil {
 			return nil, err
 		}
@@ -188,6 +200,14 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 			return nil, argumentError("message id", "%s appears twice", m.ID)
 		}
 		seen[m.ID] = true
+		if q == Inbox && m.IdempotencyKey != "" {
+			k := [2]string{m.TenantID, m.IdempotencyKey}
+			if key, ok := idemKeys[k]; ok && key != m.OrderingKey {
+				return nil, argumentError("ordering key", "message %d repeats an earlier message's idempotency key with another ordering key", i)
+			} else if !ok {
+				idemKeys[k] = m.OrderingKey
+			}
+		}
 		if len(m.Headers) == 0 {
 			m.Headers = json.RawMessage("{}")
 		}

@@ -48,6 +48,21 @@ type queueSQL interface {
 	// enqueue returns the ids it inserted; a duplicate the table refuses is ErrDuplicate.
 	enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error)
 	enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessage) (int64, error)
+	// enqueueOrder places the keyed rows among ids that this transaction
+	// inserted in their keys' lines; returns how many it placed.
+	enqueueOrder(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error)
+	// keyLock locks the keys whose finished heads are among ids, and
+	// keyAdvance, the next statement, frees them and promotes their next
+	// messages (returns how many); keyAdvanceVacant does it for the keys
+	// purgeHeads freed.
+	keyLock(ctx context.Context, db gen.DBTX, ids []uuid.UUID) (int64, error)
+	keyAdvance(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error)
+	keyAdvanceVacant(ctx context.Context, db gen.DBTX, now *time.Time) (int64, error)
+	// purgeHeads deletes dead letters that hold their keys and frees the keys.
+	purgeHeads(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error)
+	// orderingHealth returns the key whose head has held it longest while
+	// messages wait behind it, or nil.
+	orderingHealth(ctx context.Context, db gen.DBTX, now *time.Time) (*WaitingHead, error)
 	vacuum(ctx context.Context, db gen.DBTX) error
 }
 
@@ -115,7 +130,9 @@ type leaseHealth struct {
 	oldestDueAge  time.Duration
 }
 
-// mapErr is the one translation of driver errors into leasing's: a unique
+// mapErr is the one translation of driver errors into leasing's: SQLSTATE
+// LS001 (an inbox duplicate of another ordering key) becomes an
+// *OrderingKeyConflictError, a unique
 // violation becomes ErrDuplicate with the server's detail, pgx.ErrNoRows
 // becomes ErrNotFound, lock_not_available (SQLSTATE 55P03, the statement's
 // lock_timeout ran out) becomes ErrLockTimeout wrapping the server's error;
@@ -127,6 +144,9 @@ func mapErr(err error) error {
 		return err
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
 		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "LS001":
+		id, _ := uuid.Parse(pgErr.Detail)
+		return &OrderingKeyConflictError{ID: id}
 	case errors.As(err, &pgErr) && pgErr.Code == "23505":
 		return fmt.Errorf("%w: %s", ErrDuplicate, pgErr.Detail)
 	case errors.Is(err, pgx.ErrNoRows):
@@ -171,6 +191,7 @@ type enqueueColumns struct {
 	tenants         []string
 	idempotencyKeys []string
 	topics          []string
+	orderingKeys    []string
 	delays          []time.Duration
 }
 
@@ -179,10 +200,12 @@ func columnsOf(msgs []NewMessage) enqueueColumns {
 	c := enqueueColumns{
 		ids: make([]uuid.UUID, n), types: make([]string, n), payloads: make([][]byte, n), headers: make([]string, n),
 		tenants: make([]string, n), idempotencyKeys: make([]string, n), topics: make([]string, n), delays: make([]time.Duration, n),
+		orderingKeys: make([]string, n),
 	}
 	for i, m := range msgs {
 		c.ids[i], c.types[i], c.payloads[i], c.headers[i] = m.ID, m.Type, m.Payload, string(m.Headers)
 		c.tenants[i], c.idempotencyKeys[i], c.topics[i], c.delays[i] = m.TenantID, m.IdempotencyKey, m.Topic, m.Delay
+		c.orderingKeys[i] = m.OrderingKey
 	}
 	return c
 }

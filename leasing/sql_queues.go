@@ -183,11 +183,57 @@ func (a inboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, id
 
 func (a inboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
 	c := columnsOf(msgs)
-	ids, err := a.q.InboxEnqueue(ctx, db, gen.InboxEnqueueParams{
+	if !hasKeys(msgs) {
+		ids, err := a.q.InboxEnqueue(ctx, db, gen.InboxEnqueueParams{
+			Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
+			TenantIds: c.tenants, IdempotencyKeys: c.idempotencyKeys, Delays: c.delays,
+		})
+		return ids, mapErr(err)
+	}
+	ids, err := a.q.InboxEnqueueOrdered(ctx, db, gen.InboxEnqueueOrderedParams{
 		Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
-		TenantIds: c.tenants, IdempotencyKeys: c.idempotencyKeys, Delays: c.delays,
+		TenantIds: c.tenants, IdempotencyKeys: c.idempotencyKeys, OrderingKeys: c.orderingKeys,
+		Delays: c.delays,
 	})
 	return ids, mapErr(err)
+}
+
+func (a inboxSQL) enqueueOrder(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error) {
+	n, err := a.q.InboxEnqueueOrder(ctx, db, gen.InboxEnqueueOrderParams{MessageIds: idTexts(ids), Now: now})
+	return n, mapErr(err)
+}
+
+func (a inboxSQL) keyLock(ctx context.Context, db gen.DBTX, ids []uuid.UUID) (int64, error) {
+	n, err := a.q.InboxKeyLock(ctx, db, gen.InboxKeyLockParams{MessageIds: idTexts(ids)})
+	return n, mapErr(err)
+}
+
+func (a inboxSQL) keyAdvance(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error) {
+	r, err := a.q.InboxKeyAdvance(ctx, db, gen.InboxKeyAdvanceParams{MessageIds: idTexts(ids), Now: now})
+	return r.Promoted, mapErr(err)
+}
+
+func (a inboxSQL) keyAdvanceVacant(ctx context.Context, db gen.DBTX, now *time.Time) (int64, error) {
+	r, err := a.q.InboxKeyAdvanceVacant(ctx, db, gen.InboxKeyAdvanceVacantParams{Now: now})
+	return r.Promoted, mapErr(err)
+}
+
+func (a inboxSQL) purgeHeads(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error) {
+	row, err := a.q.InboxPurgeHeads(ctx, db, gen.InboxPurgeHeadsParams{Now: now, OlderThan: r.OlderThan, BatchSize: int32(r.BatchSize)})
+	return row.Deleted, mapErr(err)
+}
+
+func (a inboxSQL) orderingHealth(ctx context.Context, db gen.DBTX, now *time.Time) (*WaitingHead, error) {
+	rows, err := a.q.InboxOrderingHealth(ctx, db, gen.InboxOrderingHealthParams{Now: now})
+	if err != nil || len(rows) == 0 {
+		return nil, mapErr(err)
+	}
+	r := rows[0]
+	h := &WaitingHead{TenantID: r.TenantID, OrderingKey: r.OrderingKey, Age: r.HeadAge}
+	if r.HeadID != nil {
+		h.MessageID = *r.HeadID
+	}
+	return h, nil
 }
 
 func (a inboxSQL) enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessage) (int64, error) {
@@ -196,6 +242,7 @@ func (a inboxSQL) enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessag
 		rows[i] = gen.InboxEnqueueCopyParams{
 			MessageID: m.ID, MessageType: m.Type, Payload: m.Payload, Headers: m.Headers,
 			TenantID: nullable(m.TenantID), IdempotencyKey: nullable(m.IdempotencyKey),
+			OrderingKey: nullable(m.OrderingKey), Status: string(initialStatus(m)),
 		}
 	}
 	n, err := a.q.InboxEnqueueCopy(ctx, db, rows)
@@ -219,7 +266,7 @@ func inboxLease(r gen.InboxClaimRow) Lease {
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+			OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
 		},
 	}
 }
@@ -235,7 +282,7 @@ func inboxRow(r gen.InboxGetRow) (Row, error) {
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+			OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
 		},
 		Status:            Status(r.Status),
 		LeaseOwner:        deref(r.LeaseOwner),
@@ -248,6 +295,7 @@ func inboxRow(r gen.InboxGetRow) (Row, error) {
 		LastError:         deref(r.LastError),
 		FinishedAt:        utc(r.FinishedAt),
 		DeadLetteredAt:    utc(r.DeadLetteredAt),
+		KeySeq:            r.KeySeq,
 		Attempts:          attempts,
 	}, nil
 }
@@ -428,11 +476,57 @@ func (a outboxSQL) list(ctx context.Context, db gen.DBTX, createdAt time.Time, i
 
 func (a outboxSQL) enqueue(ctx context.Context, db gen.DBTX, now *time.Time, msgs []NewMessage) ([]uuid.UUID, error) {
 	c := columnsOf(msgs)
-	ids, err := a.q.OutboxEnqueue(ctx, db, gen.OutboxEnqueueParams{
+	if !hasKeys(msgs) {
+		ids, err := a.q.OutboxEnqueue(ctx, db, gen.OutboxEnqueueParams{
+			Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
+			TenantIds: c.tenants, Topics: c.topics, Delays: c.delays,
+		})
+		return ids, mapErr(err)
+	}
+	ids, err := a.q.OutboxEnqueueOrdered(ctx, db, gen.OutboxEnqueueOrderedParams{
 		Now: now, MessageIds: idTexts(c.ids), MessageTypes: c.types, Payloads: c.payloads, Headers: c.headers,
-		TenantIds: c.tenants, Topics: c.topics, Delays: c.delays,
+		TenantIds: c.tenants, Topics: c.topics, OrderingKeys: c.orderingKeys,
+		Delays: c.delays,
 	})
 	return ids, mapErr(err)
+}
+
+func (a outboxSQL) enqueueOrder(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error) {
+	n, err := a.q.OutboxEnqueueOrder(ctx, db, gen.OutboxEnqueueOrderParams{MessageIds: idTexts(ids), Now: now})
+	return n, mapErr(err)
+}
+
+func (a outboxSQL) keyLock(ctx context.Context, db gen.DBTX, ids []uuid.UUID) (int64, error) {
+	n, err := a.q.OutboxKeyLock(ctx, db, gen.OutboxKeyLockParams{MessageIds: idTexts(ids)})
+	return n, mapErr(err)
+}
+
+func (a outboxSQL) keyAdvance(ctx context.Context, db gen.DBTX, now *time.Time, ids []uuid.UUID) (int64, error) {
+	r, err := a.q.OutboxKeyAdvance(ctx, db, gen.OutboxKeyAdvanceParams{MessageIds: idTexts(ids), Now: now})
+	return r.Promoted, mapErr(err)
+}
+
+func (a outboxSQL) keyAdvanceVacant(ctx context.Context, db gen.DBTX, now *time.Time) (int64, error) {
+	r, err := a.q.OutboxKeyAdvanceVacant(ctx, db, gen.OutboxKeyAdvanceVacantParams{Now: now})
+	return r.Promoted, mapErr(err)
+}
+
+func (a outboxSQL) purgeHeads(ctx context.Context, db gen.DBTX, now *time.Time, r PurgeRequest) (int64, error) {
+	row, err := a.q.OutboxPurgeHeads(ctx, db, gen.OutboxPurgeHeadsParams{Now: now, OlderThan: r.OlderThan, BatchSize: int32(r.BatchSize)})
+	return row.Deleted, mapErr(err)
+}
+
+func (a outboxSQL) orderingHealth(ctx context.Context, db gen.DBTX, now *time.Time) (*WaitingHead, error) {
+	rows, err := a.q.OutboxOrderingHealth(ctx, db, gen.OutboxOrderingHealthParams{Now: now})
+	if err != nil || len(rows) == 0 {
+		return nil, mapErr(err)
+	}
+	r := rows[0]
+	h := &WaitingHead{TenantID: r.TenantID, OrderingKey: r.OrderingKey, Age: r.HeadAge}
+	if r.HeadID != nil {
+		h.MessageID = *r.HeadID
+	}
+	return h, nil
 }
 
 func (a outboxSQL) enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessage) (int64, error) {
@@ -441,6 +535,7 @@ func (a outboxSQL) enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessa
 		rows[i] = gen.OutboxEnqueueCopyParams{
 			MessageID: m.ID, MessageType: m.Type, Payload: m.Payload, Headers: m.Headers,
 			TenantID: nullable(m.TenantID), Topic: m.Topic,
+			OrderingKey: nullable(m.OrderingKey), Status: string(initialStatus(m)),
 		}
 	}
 	n, err := a.q.OutboxEnqueueCopy(ctx, db, rows)
@@ -464,7 +559,7 @@ func outboxLease(r gen.OutboxClaimRow) Lease {
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+			OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
 		},
 	}
 }
@@ -480,7 +575,7 @@ func outboxRow(r gen.OutboxGetRow) (Row, error) {
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
-			CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+			OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
 		},
 		Status:            Status(r.Status),
 		LeaseOwner:        deref(r.LeaseOwner),
@@ -493,6 +588,7 @@ func outboxRow(r gen.OutboxGetRow) (Row, error) {
 		LastError:         deref(r.LastError),
 		FinishedAt:        utc(r.FinishedAt),
 		DeadLetteredAt:    utc(r.DeadLetteredAt),
+		KeySeq:            r.KeySeq,
 		Attempts:          attempts,
 	}, nil
 }

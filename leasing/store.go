@@ -247,10 +247,23 @@ type Stats struct {
 	// OldestDueAge is how long the oldest due row has existed (store now
 	// minus its CreatedAt); 0 when nothing is due.
 	OldestDueAge time.Duration
+	// WaitingHead is the ordering key whose head has held it longest while
+	// messages wait behind it (Depth[StatusWaiting] counts those), with
+	// how long; nil when no message waits.
+	WaitingHead *WaitingHead
+}
+
+// OldestHeadAge is the age of the oldest head that messages wait behind
+// (WaitingHead.Age), 0 when none waits.
+func (s Stats) OldestHeadAge() time.Duration {
+	if s.WaitingHead == nil {
+		return 0
+	}
+	return s.WaitingHead.Age
 }
 
 func emptyDepth(q Queue) map[Status]int64 {
-	depth := make(map[Status]int64, 5)
+	depth := make(map[Status]int64, 6)
 	for _, s := range q.Statuses() {
 		depth[s] = 0
 	}

@@ -44,6 +44,8 @@ type rowJSON struct {
 	TenantID          string            `json:"tenant_id,omitempty"`
 	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
 	Topic             string            `json:"topic,omitempty"`
+	OrderingKey       string            `json:"ordering_key,omitempty"`
+	KeySeq            int64             `json:"key_seq,omitempty"`
 	Headers           json.RawMessage   `json:"headers"`
 	Payload           []byte            `json:"payload"`
 	CreatedAt         time.Time         `json:"created_at"`
@@ -95,7 +97,7 @@ func runGet(ctx context.Context, c *cli, args []string) error {
 	if *asJSON {
 		return writeJSON(c.stdout, rowJSON{
 			Queue: q, MessageID: row.ID, Type: row.Type, TenantID: row.TenantID, IdempotencyKey: row.IdempotencyKey,
-			Topic: row.Topic, Headers: row.Headers, Payload: row.Payload, CreatedAt: row.CreatedAt,
+			Topic: row.Topic, OrderingKey: row.OrderingKey, KeySeq: row.KeySeq, Headers: row.Headers, Payload: row.Payload, CreatedAt: row.CreatedAt,
 			VisibleAfter: row.VisibleAfter, Status: row.Status, LeaseOwner: row.LeaseOwner,
 			LeaseExpiresAt: row.LeaseExpiresAt, LeaseGeneration: row.LeaseGeneration, AttemptCount: row.AttemptCount,
 			LastAttemptedAt: row.LastAttemptedAt, LastError: row.LastError, FinishedAt: row.FinishedAt,
@@ -120,6 +122,9 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 	}
 	if row.IdempotencyKey != "" {
 		line("idempotency key", "%s", row.IdempotencyKey)
+	}
+	if row.OrderingKey != "" {
+		line("ordering key", "%s (place %d in its line)", row.OrderingKey, row.KeySeq)
 	}
 	if row.Topic != "" {
 		line("topic", "%s", row.Topic)

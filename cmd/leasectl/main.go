@@ -49,16 +49,17 @@ type command struct {
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
 	{"migrate", "up|down|status|sql", "apply the schema, roll back one migration, show the schema version, or print the SQL", runMigrate},
-	{"enqueue", "--queue Q [--count N] [--delay D] [--tenant T] [--type T] [--topic T] [--payload S] [--json]", "add messages to a queue", runEnqueue},
+	{"enqueue", "--queue Q [--count N] [--delay D] [--tenant T] [--type T] [--topic T] [--ordering-key K] [--payload S] [--json]", "add messages to a queue", runEnqueue},
 	{"claim", "--queue Q --owner O [--batch N] [--lease D] [--tenant T] [--json]", "lease due messages to an owner and print the leases", runClaim},
-	{"stats", "[--queue Q] [--json]", "queue depth by status, expired leases and oldest due age", runStats},
+	{"stats", "[--queue Q] [--json]", "queue depth by status, expired leases, oldest due age and oldest key head", runStats},
 	{"get", "--queue Q --id ID [--json]", "show one message and its attempt history", runGet},
 	{"dead-letter", "--queue Q --id ID --reason TEXT [--force] [--json]", "dead-letter one message by hand (--force fences a live lease)", runDeadLetter},
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
+	{"ordering", "--queue Q [--strict true|false] [--json]", "show or set strict ordering: whether a dead-lettered head keeps its key blocked", runOrdering},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
 	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
-	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
+	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--ordering-keys K] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
 }
 
 // runContext is run with the caller's context, for tests.

@@ -59,6 +59,7 @@ type statsOut map[string]struct {
 	Depth               map[string]int64 `json:"depth"`
 	ExpiredLeases       int64            `json:"expired_leases"`
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
+	OldestHead          *headJSON        `json:"oldest_head"`
 }
 
 func stats(t *testing.T, url string) statsOut {
@@ -373,10 +374,10 @@ func TestEnqueueStats(t *testing.T) {
 
 	st := stats(t, url)
 	require.Equal(t, map[string]int64{
-		"pending": 3, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0,
+		"pending": 3, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
 	}, st["inbox"].Depth)
 	require.Equal(t, map[string]int64{
-		"pending": int64(leasing.MaxBatchSize + 1), "publishing": 0, "published": 0, "failed": 0, "dead_lettered": 0,
+		"pending": int64(leasing.MaxBatchSize + 1), "publishing": 0, "published": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
 	}, st["outbox"].Depth)
 	require.Zero(t, st["outbox"].OldestDueAgeSeconds, "delayed rows are not due")
 	require.Zero(t, st["inbox"].ExpiredLeases)

@@ -21,6 +21,7 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 	tenant := fs.String("tenant", "", "tenant id of the messages")
 	msgType := fs.String("type", "", "message type name")
 	topic := fs.String("topic", "", "outbox topic (outbox only)")
+	orderingKey := fs.String("ordering-key", "", "ordering key: messages of one key (and tenant) are handled one at a time, in enqueue order")
 	payload := fs.String("payload", "", "message body")
 	asJSON := fs.Bool("json", false, "print the result, with every message id, as JSON")
 	if err := c.parse(fs, args); err != nil {
@@ -34,7 +35,7 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 		return usagef("--count must be at least 1, got %d", *count)
 	}
 	template := leasing.NewMessage{
-		Type: *msgType, TenantID: *tenant, Topic: *topic, Payload: []byte(*payload), Delay: *delay,
+		Type: *msgType, TenantID: *tenant, Topic: *topic, OrderingKey: *orderingKey, Payload: []byte(*payload), Delay: *delay,
 	}
 
 	store, err := c.lazyStore(q)

@@ -16,13 +16,32 @@ type statsJSON struct {
 	Depth               map[leasing.Status]int64 `json:"depth"`
 	ExpiredLeases       int64                    `json:"expired_leases"`
 	OldestDueAgeSeconds float64                  `json:"oldest_due_age_seconds"`
+	// OldestHead is the ordering key whose head has held it longest while
+	// messages wait behind it; absent when none waits.
+	OldestHead *headJSON `json:"oldest_head,omitempty"`
+}
+
+// headJSON is a key's head in stats --json and doctor --json.
+type headJSON struct {
+	TenantID    string  `json:"tenant_id,omitempty"`
+	OrderingKey string  `json:"ordering_key"`
+	MessageID   string  `json:"message_id"`
+	AgeSeconds  float64 `json:"age_seconds"`
+}
+
+// headOf returns h for JSON, or nil.
+func headOf(h *leasing.WaitingHead) *headJSON {
+	if h == nil {
+		return nil
+	}
+	return &headJSON{TenantID: h.TenantID, OrderingKey: h.OrderingKey, MessageID: h.MessageID.String(), AgeSeconds: h.Age.Seconds()}
 }
 
 // runStats is "leasectl stats".
 func runStats(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("stats", "[--queue inbox|outbox] [--json]")
 	queue := fs.String("queue", "", "only this queue: inbox or outbox (default both)")
-	asJSON := fs.Bool("json", false, `print {"<queue>": {"depth": {...}, "expired_leases": N, "oldest_due_age_seconds": S}}`)
+	asJSON := fs.Bool("json", false, `print {"<queue>": {"depth": {...}, "expired_leases": N, "oldest_due_age_seconds": S, "oldest_head": {...}}}`)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
@@ -43,7 +62,7 @@ func runStats(ctx context.Context, c *cli, args []string) error {
 	if *asJSON {
 		out := make(map[leasing.Queue]statsJSON, len(all))
 		for _, st := range all {
-			out[st.Queue] = statsJSON{st.Depth, st.ExpiredLeases, st.OldestDueAge.Seconds()}
+			out[st.Queue] = statsJSON{st.Depth, st.ExpiredLeases, st.OldestDueAge.Seconds(), headOf(st.WaitingHead)}
 		}
 		return writeJSON(c.stdout, out)
 	}
@@ -67,8 +86,9 @@ func queueStats(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue)
 	return all, nil
 }
 
-// printStats writes each queue's depth by status (all five, in lifecycle
-// order), expired leases and oldest due age.
+// printStats writes each queue's depth by status (all six, in lifecycle
+// order), expired leases, oldest due age and the oldest key head that
+// messages wait behind.
 func printStats(w io.Writer, all []leasing.Stats) error {
 	for _, st := range all {
 		if _, err := fmt.Fprintln(w, st.Queue); err != nil {
@@ -79,6 +99,15 @@ func printStats(w io.Writer, all []leasing.Stats) error {
 		}
 		fmt.Fprintf(w, "  %-15s %10d\n", "expired leases", st.ExpiredLeases)
 		fmt.Fprintf(w, "  %-15s %10s\n", "oldest due age", st.OldestDueAge.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %-15s %10s", "oldest key head", st.OldestHeadAge().Round(time.Millisecond))
+		if h := st.WaitingHead; h != nil {
+			fmt.Fprintf(w, "  key %q", h.OrderingKey)
+			if h.TenantID != "" {
+				fmt.Fprintf(w, " tenant %q", h.TenantID)
+			}
+			fmt.Fprintf(w, ", head %s", h.MessageID)
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

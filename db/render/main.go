@@ -37,6 +37,8 @@ type queue struct {
 	Noun string
 	// Table is the queue's table.
 	Table string
+	// Keys is the table of the queue's ordering keys (migration 00010).
+	Keys string
 	// InFlight is the status of a leased row.
 	InFlight string
 	// Done is the status of a row whose handling succeeded, and DoneAt the
@@ -52,6 +54,9 @@ type queue struct {
 	Inbox bool
 	// Tenant is true while the claim block renders the tenant-scoped claim.
 	Tenant bool
+	// Ordered is true while the enqueue block renders the statement that
+	// takes ordering keys.
+	Ordered bool
 	// AttemptHistory is how many entries the attempts column keeps:
 	// leasing.AttemptHistoryLimit, read from leasing/attempt.go.
 	AttemptHistory int
@@ -73,17 +78,23 @@ func (q queue) WithTenant() queue {
 	return q
 }
 
+// WithOrdered returns q for the enqueue that takes ordering keys.
+func (q queue) WithOrdered() queue {
+	q.Ordered = true
+	return q
+}
+
 // sqlHeaderEnd follows the header line of a rendered SQL file.
 const sqlHeaderEnd = "-- The empty statement below keeps this header out of the first query's doc.\n;\n"
 
 var queues = []queue{
 	{
-		Name: "Inbox", Noun: "inbox", Table: "inbox_messages",
+		Name: "Inbox", Noun: "inbox", Table: "inbox_messages", Keys: "inbox_ordering_keys",
 		InFlight: "processing", Done: "completed", DoneAt: "completed_at", Complete: "InboxComplete",
 		KeyAndTopic: "idempotency_key, ''::text AS topic,", Inbox: true,
 	},
 	{
-		Name: "Outbox", Noun: "outbox", Table: "outbox_messages",
+		Name: "Outbox", Noun: "outbox", Table: "outbox_messages", Keys: "outbox_ordering_keys",
 		InFlight: "publishing", Done: "published", DoneAt: "published_at", Complete: "OutboxPublish",
 		KeyAndTopic: "NULL::text AS idempotency_key, topic,",
 	},

@@ -7,8 +7,10 @@
 // migrations (db.MigrateUp), a Listener per processor as work signal
 // (LISTEN/NOTIFY), the heartbeat keeping a message that runs longer than its
 // lease, a retry after a failed first delivery, OpenTelemetry counters,
-// histograms and queue depth gauges, and the trace of one message from its
-// enqueue to its outcome (trace.go). It exits 1 when a check fails.
+// histograms and queue depth gauges, the trace of one message from its
+// enqueue to its outcome (trace.go), and ordering keys (ordering.go): a
+// keyed queue keeps each key's order while a key's head fails and retries.
+// It exits 1 when a check fails.
 //
 // It works in a database of its own, leasestore_demo_<random>, created on
 // the server of -database-url (default $DATABASE_URL, else the local
@@ -138,6 +140,10 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	printHistograms(out, rm)
 	if err := printTrace(ctx, out, pool); err != nil {
 		return err
+	}
+
+	if problems, err := runOrdering(ctx, out, pool, cfg); err != nil || len(problems) > 0 {
+		return errors.Join(err, errors.New(fmt.Sprint("ordering keys: ", problems)))
 	}
 
 	if len(failed) > 0 {

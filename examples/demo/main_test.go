@@ -36,6 +36,8 @@ func TestDemo(t *testing.T) {
 	err := run(context.Background(), &out, config{AdminURL: adminURL(t), Messages: 100, Batch: 10, Lease: time.Second})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "PASS: the instances claimed disjoint subsets and every message finished")
+	require.Contains(t, out.String(), orderingPass)
+	require.Contains(t, out.String(), "order-2 event-1: attempt 2 fails; order-2 waits for its retry")
 	require.Regexp(t, `(?m)^  litebus\.inbox\.queue\.depth +completed +100$`, out.String())
 	require.Regexp(t, `(?m)^  litebus\.outbox\.queue\.depth +published +100$`, out.String())
 

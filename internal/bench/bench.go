@@ -88,6 +88,14 @@ type Config struct {
 	Keep bool
 	// JSON writes the Result as JSON to the output instead of a text report.
 	JSON bool
+	// OrderingKeys, when > 0, compares drains of keyed and unkeyed
+	// messages in the same run: each round drains Messages unkeyed rows,
+	// then Messages rows over this many ordering keys (each key's line in
+	// created_at order), on freshly filled tables, and the ratio reported
+	// is keyed messages/s over unkeyed, the median over the rounds. The
+	// pgbench baseline and the claim-cost samples are off in this mode.
+	// Defaults to 0: unkeyed only.
+	OrderingKeys int
 	// Producers, when > 0, switches to the producer mode (see
 	// producers.go): this many producers, one message per transaction,
 	// measure the work signal's cost and pickup latency instead of a
@@ -155,6 +163,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("bench: explain batch must be 1..%d, got %d", leasing.MaxBatchSize, cfg.ExplainBatch)
 	case cfg.Rounds < 1 || cfg.Rounds > 20:
 		return fmt.Errorf("bench: rounds must be 1..20, got %d", cfg.Rounds)
+	case cfg.OrderingKeys < 0 || cfg.OrderingKeys > cfg.Messages:
+		return fmt.Errorf("bench: ordering keys must be 0..messages (%d), got %d", cfg.Messages, cfg.OrderingKeys)
 	case cfg.Producers < 0 || cfg.Producers > 256:
 		return fmt.Errorf("bench: producers must be 0..256, got %d", cfg.Producers)
 	case slices.ContainsFunc(cfg.Rates, func(r int) bool { return r < 1 }):
@@ -218,6 +228,10 @@ type Result struct {
 	Steady *Steady `json:"steady_state,omitempty"`
 	// RawSkipped says why the raw baseline did not run, if it did not.
 	RawSkipped string `json:"raw_skipped,omitempty"`
+	// OrderingKeys echoes Config.OrderingKeys; KeyedVsUnkeyed is keyed
+	// messages/s over unkeyed, the median over the rounds (0 without keys).
+	OrderingKeys   int     `json:"ordering_keys,omitempty"`
+	KeyedVsUnkeyed float64 `json:"keyed_vs_unkeyed,omitempty"`
 }
 
 // Round is one API drain and the pgbench drain after it, each on a freshly
@@ -229,6 +243,10 @@ type Round struct {
 	Raw *Drain `json:"raw,omitempty"`
 	// APIVsRaw is API messages/s divided by Raw messages/s; 0 without Raw.
 	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
+	// Keyed is the drain of keyed messages after API (OrderingKeys), and
+	// KeyedVsUnkeyed its messages/s over API's; nil and 0 without keys.
+	Keyed          *Drain  `json:"keyed,omitempty"`
+	KeyedVsUnkeyed float64 `json:"keyed_vs_unkeyed,omitempty"`
 }
 
 // Drains returns every drain of res, API and pgbench, in the order they ran.
@@ -241,6 +259,9 @@ func (res Result) Drains() []*Drain {
 		out = append(out, r.API)
 		if r.Raw != nil {
 			out = append(out, r.Raw)
+		}
+		if r.Keyed != nil {
+			out = append(out, r.Keyed)
 		}
 	}
 	return out
@@ -373,7 +394,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		Queue: string(cfg.Queue), Messages: cfg.Messages, TerminalRows: cfg.TerminalRows,
 		DeferredRows: cfg.DeferredRows, ExpiredLeases: cfg.ExpiredLeases,
 		Drained: cfg.Messages + cfg.ExpiredLeases, Workers: cfg.Workers, BatchSize: cfg.BatchSize,
-		ExplainBatch: cfg.ExplainBatch, RegisteredTypes: !cfg.PlainPgx,
+		ExplainBatch: cfg.ExplainBatch, RegisteredTypes: !cfg.PlainPgx, OrderingKeys: cfg.OrderingKeys,
 	}
 	name, dbURL, err := createDatabase(ctx, cfg.AdminURL)
 	if err != nil {
@@ -440,7 +461,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 	start := time.Now()
 	progress.status("filling %s: %d due, %d terminal, %d deferred, %d expired", t.name,
 		cfg.Messages, cfg.TerminalRows, cfg.DeferredRows, cfg.ExpiredLeases)
-	if err := fill(ctx, pool, t, cfg); err != nil {
+	if err := fill(ctx, pool, t, cfg, 0); err != nil {
 		return err
 	}
 	res.FillSeconds = time.Since(start).Seconds()
@@ -458,18 +479,22 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 	}
 
 	pgbench, why := "", "turned off"
+	if cfg.OrderingKeys > 0 {
+		// Keyed against unkeyed drains, each unpaused by samples.
+		cfg.SkipRaw, cfg.SampleEvery, why = true, -1, "--ordering-keys compares keyed with unkeyed drains"
+	}
 	if !cfg.SkipRaw {
 		pgbench, why = findPgbench(cfg.Pgbench)
 	}
 	if pgbench == "" {
 		res.RawSkipped = why
 	}
-	refill := func(what string) error {
+	refill := func(what string, keys int) error {
 		progress.status("refilling %s for %s", t.name, what)
 		if err := truncate(ctx, pool, t); err != nil {
 			return err
 		}
-		if err := fill(ctx, pool, t, cfg); err != nil {
+		if err := fill(ctx, pool, t, cfg, keys); err != nil {
 			return err
 		}
 		progress.done()
@@ -486,12 +511,12 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		}
 		res.Sampled, res.Steady = &d, steady
 	}
-	var ratios []float64
+	var ratios, keyedRatios []float64
 	for i := range cfg.Rounds {
 		roundCfg := cfg
 		if i > 0 || sampleApart {
 			roundCfg.SampleEvery = -1
-			if err := refill(fmt.Sprintf("round %d of %d", i+1, cfg.Rounds)); err != nil {
+			if err := refill(fmt.Sprintf("round %d of %d", i+1, cfg.Rounds), 0); err != nil {
 				return err
 			}
 		}
@@ -507,7 +532,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 			}
 		}
 		if pgbench != "" {
-			if err := refill(fmt.Sprintf("pgbench, round %d of %d", i+1, cfg.Rounds)); err != nil {
+			if err := refill(fmt.Sprintf("pgbench, round %d of %d", i+1, cfg.Rounds), 0); err != nil {
 				return err
 			}
 			raw, err := drainPgbench(ctx, cfg, pgbench, dbURL, pool, t, progress)
@@ -523,9 +548,32 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 				res.Raw = &raw
 			}
 		}
+		if cfg.OrderingKeys > 0 {
+			if err := refill(fmt.Sprintf("%d ordering keys, round %d of %d", cfg.OrderingKeys, i+1, cfg.Rounds), cfg.OrderingKeys); err != nil {
+				return err
+			}
+			keyed, _, err := drainAPI(ctx, cfg, dbURL, pool, t, res.Clean.Buffers, progress)
+			if err != nil {
+				return err
+			}
+			keyed.Method = "keyed"
+			if keyed.Verified {
+				n, err := outOfOrder(ctx, pool, t)
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					keyed.Verified, keyed.Problem = false, fmt.Sprintf("%d messages completed before the message ahead of them in their key", n)
+				}
+			}
+			round.Keyed = &keyed
+			round.KeyedVsUnkeyed = keyed.MessagesPerSecond / api.MessagesPerSecond
+			keyedRatios = append(keyedRatios, round.KeyedVsUnkeyed)
+		}
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.APIVsRaw = median(ratios)
+	res.KeyedVsUnkeyed = median(keyedRatios)
 	return nil
 }
 

@@ -23,6 +23,7 @@ type table struct {
 	inFlight string // processing or publishing
 	success  string // completed or published
 	doneAt   string // completed_at or published_at
+	keys     string // inbox_ordering_keys or outbox_ordering_keys
 }
 
 func tableOf(q leasing.Queue) table {
@@ -30,7 +31,7 @@ func tableOf(q leasing.Queue) table {
 	if q == leasing.Outbox {
 		doneAt = "published_at"
 	}
-	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt}
+	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt, string(q) + "_ordering_keys"}
 }
 
 // Row kinds, stored in message_type so that verification can tell them apart.
@@ -63,6 +64,39 @@ SELECT gen_random_uuid(), $3::text, p.payload, c.created_at,
 FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at
       FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) AS g) AS c,
      (SELECT convert_to(repeat('x', $4::integer), 'UTF8') AS payload) AS p`
+
+// keyedFillSQL inserts $2 due rows numbered from $1, as fillSQL's due
+// kind, over $5 ordering keys: row $1 + i has key key-(i mod $5) and
+// key_seq i / $5 + 1, so that each key's line is in created_at order; the
+// first row of each key is its head (pending), the rest wait. $6 is the
+// number of the first due row.
+const keyedFillSQL = `
+INSERT INTO %[1]s (message_id, message_type, payload, created_at, visible_after, status, ordering_key, key_seq)
+SELECT gen_random_uuid(), $3::text, p.payload, c.created_at, c.created_at,
+       CASE WHEN c.i < $5::bigint THEN 'pending' ELSE 'waiting' END,
+       'key-' || (c.i %% $5::bigint), c.i / $5::bigint + 1
+FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at, g - $6::bigint AS i
+      FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) AS g) AS c,
+     (SELECT convert_to(repeat('x', $4::integer), 'UTF8') AS payload) AS p`
+
+// keyRowsSQL writes the key rows of a keyed fill: one per key, its head
+// the pending row, last_seq its highest key_seq.
+const keyRowsSQL = `
+INSERT INTO %[2]s (tenant_id, ordering_key, last_seq, head_id, head_since)
+SELECT '', ordering_key, max(key_seq), (array_agg(message_id ORDER BY key_seq))[1], now()
+FROM %[1]s
+WHERE ordering_key IS NOT NULL
+GROUP BY ordering_key`
+
+// outOfOrderSQL counts the rows that completed before the row ahead of
+// them in their key's line: 0 after a keyed drain that kept order.
+const outOfOrderSQL = `
+SELECT count(*)::bigint FROM (
+    SELECT %[2]s < lag(%[2]s) OVER (PARTITION BY ordering_key ORDER BY key_seq) AS early
+    FROM %[1]s
+    WHERE ordering_key IS NOT NULL
+) AS s
+WHERE early`
 
 // verifySQL counts, over the rows a drain must finish (due and expired
 // kinds), how many reached the success state and how many claims they took
@@ -103,9 +137,13 @@ func dropDatabase(adminURL, name string) error {
 // checkpoint that WAL volume requests fell inside one drain of a pair and
 // not the other. A role that may not CHECKPOINT (neither superuser nor
 // pg_checkpoint) skips it.
-func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config) error {
+//
+// With keys > 0 the due rows have ordering keys (keyedFillSQL) and their
+// key rows are written after them.
+func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config, keys int) error {
 	stmt := fmt.Sprintf(fillSQL, pgx.Identifier{t.name}.Sanitize(), t.inFlight, t.success, pgx.Identifier{t.doneAt}.Sanitize())
-	var next int64
+	keyed := fmt.Sprintf(keyedFillSQL, pgx.Identifier{t.name}.Sanitize())
+	var next, dueStart int64
 	for _, part := range []struct {
 		kind string
 		rows int
@@ -115,14 +153,28 @@ func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config) error {
 		{kindExpired, cfg.ExpiredLeases},
 		{kindDue, cfg.Messages},
 	} {
+		if part.kind == kindDue {
+			dueStart = next
+		}
 		// Chunks of 250k rows keep each statement's memory and WAL modest.
 		for done := 0; done < part.rows; {
 			n := min(part.rows-done, 250_000)
-			if _, err := pool.Exec(ctx, stmt, next, n, part.kind, cfg.PayloadBytes); err != nil {
+			var err error
+			if part.kind == kindDue && keys > 0 {
+				_, err = pool.Exec(ctx, keyed, next, n, part.kind, cfg.PayloadBytes, keys, dueStart)
+			} else {
+				_, err = pool.Exec(ctx, stmt, next, n, part.kind, cfg.PayloadBytes)
+			}
+			if err != nil {
 				return fmt.Errorf("bench: fill %s rows: %w", part.kind, err)
 			}
 			done += n
 			next += int64(n)
+		}
+	}
+	if keys > 0 {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(keyRowsSQL, pgx.Identifier{t.name}.Sanitize(), pgx.Identifier{t.keys}.Sanitize())); err != nil {
+			return fmt.Errorf("bench: fill key rows: %w", err)
 		}
 	}
 	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{t.name}.Sanitize()); err != nil {
@@ -135,10 +187,18 @@ func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config) error {
 	return nil
 }
 
-// truncate empties t for the next run.
+// truncate empties t and its ordering keys for the next run.
 func truncate(ctx context.Context, pool *pgxpool.Pool, t table) error {
-	_, err := pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{t.name}.Sanitize())
+	_, err := pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{t.name}.Sanitize()+", "+pgx.Identifier{t.keys}.Sanitize())
 	return err
+}
+
+// outOfOrder returns how many keyed rows of t completed before the row
+// ahead of them in their key's line.
+func outOfOrder(ctx context.Context, pool *pgxpool.Pool, t table) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, fmt.Sprintf(outOfOrderSQL, pgx.Identifier{t.name}.Sanitize(), pgx.Identifier{t.doneAt}.Sanitize())).Scan(&n)
+	return n, err
 }
 
 // verification is what verifySQL found.

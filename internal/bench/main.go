@@ -85,6 +85,7 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
 	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")
+	fs.IntVar(&cfg.OrderingKeys, "ordering-keys", 0, "compare, in each round, the unkeyed drain with a drain of as many messages over this many ordering keys (no pgbench baseline, no samples)")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "API and pgbench drain pairs to run alternately, each drain on a fresh fill; the ratio printed is their median (API drains only with --no-raw)")
 	fs.StringVar(&cfg.Pgbench, "pgbench", "", "pgbench binary (default: PATH, else /usr/lib/postgresql/*/bin)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark database instead of dropping it")

@@ -34,6 +34,17 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 		if r.Raw != nil {
 			writeDrain(&b, res, r.Raw)
 		}
+		if r.Keyed != nil {
+			writeDrain(&b, res, r.Keyed)
+		}
+	}
+	if res.KeyedVsUnkeyed > 0 {
+		ratios := make([]string, 0, len(res.Rounds))
+		for _, r := range res.Rounds {
+			ratios = append(ratios, fmt.Sprintf("%.2f", r.KeyedVsUnkeyed))
+		}
+		fmt.Fprintf(&b, "keyed (%d ordering keys) / unkeyed: %.2f, the median of %d rounds (%s)\n",
+			res.OrderingKeys, res.KeyedVsUnkeyed, len(res.Rounds), strings.Join(ratios, ", "))
 	}
 	if res.APIVsRaw > 0 {
 		if len(res.Rounds) > 1 {
@@ -65,7 +76,7 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 func writeDrain(b *strings.Builder, res Result, d *Drain) {
 	fmt.Fprintf(b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
 		d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
-	if d.Method == "leasing" {
+	if d.Method == "leasing" || d.Method == "keyed" {
 		if d.RoundTrips == 1 {
 			fmt.Fprintf(b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)
 		} else {

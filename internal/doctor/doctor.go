@@ -111,6 +111,15 @@ type MigrationState struct {
 	Applied bool   `json:"applied"`
 }
 
+// OldestHead is the ordering key whose head has held it longest while
+// messages wait behind it.
+type OldestHead struct {
+	TenantID    string  `json:"tenant_id,omitempty"`
+	OrderingKey string  `json:"ordering_key"`
+	MessageID   string  `json:"message_id"`
+	AgeSeconds  float64 `json:"age_seconds"`
+}
+
 // QueueReport is what Check found for one queue.
 type QueueReport struct {
 	Queue string `json:"queue"`
@@ -153,6 +162,12 @@ type QueueReport struct {
 	Overdue bool `json:"overdue"`
 	// DeadLettered counts dead-lettered rows waiting for an operator.
 	DeadLettered int64 `json:"dead_lettered"`
+	// Waiting counts keyed messages waiting behind their key's head.
+	Waiting int64 `json:"waiting"`
+	// OldestHead is the ordering key whose head has held it longest while
+	// messages wait behind it (tenant, key, head id, seconds); nil when
+	// none waits.
+	OldestHead *OldestHead `json:"oldest_head,omitempty"`
 	// Depth is the number of rows per status.
 	Depth map[string]int64 `json:"depth"`
 	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
@@ -323,6 +338,10 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	}
 	qr.ExpiredLeases, qr.OldestDueSeconds = stats.ExpiredLeases, stats.OldestDueAge.Seconds()
 	qr.DeadLettered = stats.Depth[leasing.StatusDeadLettered]
+	qr.Waiting = stats.Depth[leasing.StatusWaiting]
+	if h := stats.WaitingHead; h != nil {
+		qr.OldestHead = &OldestHead{TenantID: h.TenantID, OrderingKey: h.OrderingKey, MessageID: h.MessageID.String(), AgeSeconds: h.Age.Seconds()}
+	}
 	// Time spent deferred, waiting on a retry delay or leased is not
 	// waiting, so the oldest row's age alone would raise false alarms.
 	overdue := g.DiagnosticsInboxOverdue
@@ -348,6 +367,10 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	}
 	if qr.DeadLettered > 0 {
 		warn("%d dead-lettered messages wait for an operator: fix the cause, then leasectl requeue --queue %s --all", qr.DeadLettered, q)
+	}
+	if h := stats.WaitingHead; h != nil && h.Age > opts.MaxOldestDue {
+		warn("ordering key %q (tenant %q) has had head %s for %s while %d messages of the queue wait behind their keys: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
+			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), qr.Waiting, q, h.MessageID)
 	}
 
 	if schemaBehind {
@@ -593,6 +616,10 @@ func WriteText(w io.Writer, rep Report) error {
 			}
 			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, overdue %t, dead-lettered %d\n",
 				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.Overdue, q.DeadLettered)
+			if h := q.OldestHead; h != nil {
+				fmt.Fprintf(&b, "  waiting behind their keys %d; longest-held key %q (tenant %q): head %s for %s\n",
+					q.Waiting, h.OrderingKey, h.TenantID, h.MessageID, round(time.Duration(h.AgeSeconds*float64(time.Second))))
+			}
 			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
 				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum), q.MayVacuum)
 		}

@@ -113,9 +113,10 @@ type contractCase struct {
 // (contract_claim.go), renews (contract_renew.go), outcome writes
 // (contract_write.go), enqueues (contract_enqueue.go), requeue, stats and
 // purge (contract_queue.go), the attempt history and the operator's
-// dead-letter (contract_history.go), then bad input (contract_badinput.go)
+// dead-letter (contract_history.go), ordering keys (contract_ordering.go),
+// then bad input (contract_badinput.go)
 // and concurrent claims.
-var cases = slices.Concat(claimCases, renewCases, writeCases, enqueueCases, queueCases, historyCases, []contractCase{
+var cases = slices.Concat(claimCases, renewCases, writeCases, enqueueCases, queueCases, historyCases, orderingCases, []contractCase{
 	{"BadInput/RejectedAndNothingChanged", badInput},
 	{"Concurrency/DisjointClaims", disjointClaims},
 })

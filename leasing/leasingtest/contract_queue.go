@@ -70,7 +70,7 @@ var queueCases = []contractCase{
 		require.NoError(t, err)
 		require.Equal(t, map[leasing.Status]int64{
 			leasing.StatusPending: 3, b.q.InFlight(): 1, b.q.Succeeded(): 1,
-			leasing.StatusFailed: 0, leasing.StatusDeadLettered: 1,
+			leasing.StatusFailed: 0, leasing.StatusDeadLettered: 1, leasing.StatusWaiting: 0,
 		}, st.Depth)
 		require.Equal(t, int64(1), st.ExpiredLeases)
 		// The oldest due row is the expired lease's message, created at Start+2ms.

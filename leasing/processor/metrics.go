@@ -197,7 +197,12 @@ func (m *metrics) timedWrite(kind writeKind, call func(context.Context) (leasing
 //     {lease}: in-flight rows whose lease expired and that no claim has
 //     reclaimed yet;
 //   - litebus.<queue>.queue.oldest_due_age, Float64ObservableGauge, unit s:
-//     seconds since the oldest due row was created, 0 when none is due.
+//     seconds since the oldest due row was created, 0 when none is due;
+//   - litebus.<queue>.queue.waiting, Int64ObservableGauge, unit {message}:
+//     messages waiting behind their ordering key's head;
+//   - litebus.<queue>.queue.oldest_head_age, Float64ObservableGauge, unit s:
+//     how long the head that messages have waited behind longest has held
+//     its key (leasing.Stats.OldestHeadAge), 0 when none waits.
 //
 // Values are read at the store's clock. A Stats error leaves that store's
 // gauges unobserved for the collection and is returned from the callback
@@ -219,6 +224,8 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 		depth   metric.Int64ObservableGauge
 		expired metric.Int64ObservableGauge
 		oldest  metric.Float64ObservableGauge
+		waiting metric.Int64ObservableGauge
+		head    metric.Float64ObservableGauge
 	}
 	var (
 		all         []gauges
@@ -246,8 +253,14 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 		g.oldest, err = meter.Float64ObservableGauge(MetricName(q, "queue.oldest_due_age"),
 			metric.WithUnit("s"), metric.WithDescription("Age of the oldest due row, in seconds."))
 		errs = append(errs, err)
+		g.waiting, err = meter.Int64ObservableGauge(MetricName(q, "queue.waiting"),
+			metric.WithUnit("{message}"), metric.WithDescription("Messages waiting behind their ordering key's head."))
+		errs = append(errs, err)
+		g.head, err = meter.Float64ObservableGauge(MetricName(q, "queue.oldest_head_age"),
+			metric.WithUnit("s"), metric.WithDescription("How long the ordering key head that messages have waited behind longest has held its key, in seconds; 0 when none waits."))
+		errs = append(errs, err)
 		all = append(all, g)
-		instruments = append(instruments, g.depth, g.expired, g.oldest)
+		instruments = append(instruments, g.depth, g.expired, g.oldest, g.waiting, g.head)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: queue gauges: %w", err)
@@ -265,6 +278,8 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 			}
 			o.ObserveInt64(g.expired, st.ExpiredLeases)
 			o.ObserveFloat64(g.oldest, st.OldestDueAge.Seconds())
+			o.ObserveInt64(g.waiting, st.Depth[leasing.StatusWaiting])
+			o.ObserveFloat64(g.head, st.OldestHeadAge().Seconds())
 		}
 		return errors.Join(errs...)
 	}, instruments...)

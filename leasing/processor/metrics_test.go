@@ -39,14 +39,25 @@ func TestRegisterQueueGauges(t *testing.T) {
 			require.True(t, ok)
 			depth[status.AsString()] = p.Value
 		}
-		require.Equal(t, map[string]float64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0}, depth)
-		require.Len(t, got["litebus.outbox.queue.depth"], 5)
+		require.Equal(t, map[string]float64{"pending": 3, "processing": 1, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0}, depth)
+		require.Len(t, got["litebus.outbox.queue.depth"], 6)
 		expired := got["litebus.inbox.queue.expired_leases"]
 		require.Len(t, expired, 1)
 		require.Equal(t, 1.0, expired[0].Value)
 		age := got["litebus.inbox.queue.oldest_due_age"]
 		require.Len(t, age, 1)
 		require.InDelta(t, 12.0, age[0].Value, 1e-9, "seconds since the oldest due row was created")
+		require.Equal(t, 0.0, got["litebus.inbox.queue.waiting"][0].Value)
+		require.Equal(t, 0.0, got["litebus.inbox.queue.oldest_head_age"][0].Value)
+
+		// Two keyed messages: the second waits behind the first, its head.
+		_, err = out.mem.Enqueue(context.Background(), leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
+		require.NoError(t, err)
+		out.clock.Advance(3 * time.Second)
+		got, err = b.meter.Observe(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1.0, got["litebus.outbox.queue.waiting"][0].Value)
+		require.InDelta(t, 3.0, got["litebus.outbox.queue.oldest_head_age"][0].Value, 1e-9)
 
 		require.NoError(t, reg.Unregister())
 		got, err = b.meter.Observe(context.Background())

@@ -1,0 +1,14 @@
+-- OrderingStrict reports whether queue's strict_ordering is on: a
+-- dead-lettered head then keeps its key blocked until it is requeued or
+-- purged. false when the queue has no settings row.
+-- name: OrderingStrict :one
+SELECT coalesce((SELECT strict_ordering FROM leasestore_queue_settings WHERE queue = @queue::text), false)::boolean AS strict_ordering;
+
+-- OrderingSetStrict sets queue's strict_ordering. It applies to dead
+-- letters written from then on: keys already freed stay free, and a key
+-- held by a dead-lettered head when strict mode is turned off stays held
+-- until that head is requeued or purged.
+-- name: OrderingSetStrict :exec
+INSERT INTO leasestore_queue_settings (queue, strict_ordering)
+VALUES (@queue::text, @strict_ordering::boolean)
+ON CONFLICT (queue) DO UPDATE SET strict_ordering = excluded.strict_ordering;
