@@ -199,8 +199,8 @@
 //     that context, and inject it into what a Publisher sends on.
 //     Attributes messaging.message.id, messaging.message.body.size,
 //     leasestore.attempt, leasestore.lease.generation,
-//     leasestore.tenant_id, leasestore.message.type and leasestore.topic
-//     (those two when not empty). It ends once the attempt's outcome is
+//     leasestore.tenant_id, leasestore.message.type, leasestore.topic and
+//     leasestore.ordering_key (those four when not empty). It ends once the attempt's outcome is
 //     written, with leasestore.outcome = succeeded, failed, dead_lettered
 //     or lost (nothing written), leasestore.write.outcome the store's
 //     leasing.Outcome, status error unless it succeeded, and error.type

@@ -24,6 +24,7 @@ const (
 	attrTenant      = "leasestore.tenant_id"        // string, when not empty
 	attrType        = "leasestore.message.type"     // string, when not empty
 	attrTopic       = "leasestore.topic"            // string: the outbox topic, when not empty
+	attrOrderingKey = "leasestore.ordering_key"     // string: the message's ordering key, when not empty
 	attrOutcome     = "leasestore.outcome"          // string: processOutcome*
 	attrWriteResult = "leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
 	attrBatchSize   = "leasestore.claim.batch_size" // int: the most messages the claim asked for
@@ -126,13 +127,13 @@ func (t tracer) startProcess(ctx context.Context, lease leasing.Lease) (context.
 		attribute.Int(attrAttempt, lease.Attempt),
 		attribute.Int64(attrGeneration, lease.Generation),
 		attribute.Int("messaging.message.body.size", len(m.Payload)))
-	for _, a := range []struct{ key, value string }{{attrTenant, m.TenantID}, {attrType, m.Type}, {attrTopic, m.Topic}} {
+	for _, a := range []struct{ key, value string }{
+		{attrTenant, m.TenantID}, {attrType, m.Type}, {attrTopic, m.Topic}, {attrOrderingKey, m.OrderingKey},
+	} {
 		if a.value != "" {
 			attrs = append(attrs, attribute.String(a.key, a.value))
 		}
 	}
-	// A message's ordering key, once messages have one, is one more
-	// string attribute here: leasestore.ordering_key.
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 	if sc := m.SpanContext(); sc.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))

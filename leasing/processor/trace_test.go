@@ -46,7 +46,10 @@ func (b *traceBundle) enqueueTraced(t *testing.T, typ string) (uuid.UUID, spante
 	t.Helper()
 	ctx, request := b.tp.Tracer("test").Start(context.Background(), "request "+typ)
 	defer request.End()
-	m := leasing.NewMessage{Type: typ, TenantID: "acme"}
+	// Each message is the only one of its ordering key, so keys never
+	// hold a message back here; the key is the message id.
+	id := uuid.Must(uuid.NewV7())
+	m := leasing.NewMessage{ID: id, Type: typ, TenantID: "acme", OrderingKey: id.String()}
 	if b.mem.Queue() == leasing.Outbox {
 		m.Topic = "orders"
 	}
@@ -103,6 +106,7 @@ func (b *traceBundle) requireProcess(t *testing.T, s spantest.Span, send spantes
 		"leasestore.attempt":          attribute.IntValue(attempt),
 		"leasestore.lease.generation": attribute.Int64Value(int64(attempt)),
 		"leasestore.tenant_id":        attribute.StringValue("acme"),
+		"leasestore.ordering_key":     s.Attributes["messaging.message.id"],
 	}
 	for k, v := range want {
 		require.Equal(t, v, s.Attributes[k], "%s", k)
