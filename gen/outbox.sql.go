@@ -1748,13 +1748,14 @@ WITH orphans AS (
     FROM outbox_messages
     WHERE status = 'publishing'
       AND lease_owner = $1::text
-      AND NOT (message_id = ANY (($2::text[])::uuid[]))
+      AND lease_expires_at > coalesce($2::timestamptz, statement_timestamp())
+      AND NOT (message_id = ANY (($3::text[])::uuid[]))
     ORDER BY message_id
     FOR UPDATE SKIP LOCKED
 ), released AS (
     UPDATE outbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce($3::timestamptz, statement_timestamp()),
+        visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         lease_owner      = NULL,
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
@@ -1763,7 +1764,7 @@ WITH orphans AS (
         attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
               ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
-            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($3::timestamptz, statement_timestamp()),
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'released')))
     FROM orphans
     WHERE m.message_id = orphans.message_id
@@ -1774,20 +1775,22 @@ SELECT message_id FROM released ORDER BY message_id
 
 type OutboxReleaseOrphansParams struct {
 	LeaseOwner     string
-	HeldMessageIds []string
 	Now            *time.Time
+	HeldMessageIds []string
 }
 
 // OutboxReleaseOrphans releases every publishing outbox row leased to
-// lease_owner whose message_id is not in held_message_ids: leases a claim
-// took for an owner that never learned of them, because the claim's reply
-// was lost after it committed. Like OutboxRelease, each row becomes pending and
-// due at once, its lease owner and expiry are cleared, its attempt is
-// returned and the attempt's entry (released) appended to attempts. Rows
-// locked by others are skipped. Returns the released
-// message_ids in message_id order.
+// lease_owner whose lease has not expired at now and whose message_id is not
+// in held_message_ids: leases a claim took for an owner that never learned
+// of them, because the claim's reply was lost after it committed. Like
+// OutboxRelease, each row becomes pending and due at once, its lease owner and
+// expiry are cleared, its attempt is returned and the attempt's entry
+// (released) appended to attempts. An expired lease is left to be reclaimed,
+// its attempt counted: the owner may have held it and lost it, its handler
+// run, and forgotten it since. Rows locked by others are skipped. Returns the
+// released message_ids in message_id order.
 func (q *Queries) OutboxReleaseOrphans(ctx context.Context, db DBTX, arg OutboxReleaseOrphansParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, outboxReleaseOrphans, arg.LeaseOwner, arg.HeldMessageIds, arg.Now)
+	rows, err := db.Query(ctx, outboxReleaseOrphans, arg.LeaseOwner, arg.Now, arg.HeldMessageIds)
 	if err != nil {
 		return nil, err
 	}

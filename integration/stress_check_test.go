@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"testing"
 	"time"
@@ -43,6 +44,13 @@ type stressResult struct {
 	// exhausted counts messages dead-lettered without running the handler:
 	// claimed past maxAttempts after attempts that ended without an outcome.
 	exhausted int
+	// Orphan sweeps: calls, rows their replies released, calls that
+	// failed (and may have released rows all the same).
+	sweeps, swept, sweepsFailed int
+	// unreportedReleases counts the releases in the rows' attempt
+	// histories that no reply reported: each under a release or sweep
+	// call of the same owner that returned an error.
+	unreportedReleases int
 }
 
 func (r stressResult) report(t *testing.T) {
@@ -55,6 +63,8 @@ func (r stressResult) report(t *testing.T) {
 		r.renewed, r.renewLost, r.refused, r.writesAfterReclaim, r.unknownWrites, r.alreadyApplied)
 	t.Logf("  faults: backends terminated %v, replies dropped %d, worker crashes %d, server restarts %d; store call errors %v; processor OnError %d",
 		r.kills, r.dropped, r.workerCrashes, r.restarts, r.callErrors, r.processorErrors)
+	t.Logf("  orphan sweeps: %d calls released %d rows, %d calls failed; releases in the attempt histories that no reply reported: %d (each under a failed release or sweep of its owner)",
+		r.sweeps, r.swept, r.sweepsFailed, r.unreportedReleases)
 	t.Logf("  dead letters with fewer than %d handler runs (attempts burnt by claims whose reply never arrived): %d; dead-lettered as exhausted without a last run: %d", r.cfg.maxAttempts, r.deadEarly, r.exhausted)
 	for op, e := range r.firstErrors {
 		t.Logf("  first %s error: %.200s", op, e)
@@ -76,14 +86,17 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 		owner    string
 		gen      int64
 		attempts int
+		history  []historyEntry // oldest first
+		raw      string         // the attempts column, for failure messages
 	}
 	final := make(map[uuid.UUID]finalRow, len(ids))
-	rows, err := admin.Query(ctx, "SELECT message_id, status, coalesce(lease_owner, ''), lease_generation, attempt_count FROM "+tableOf(cfg.queue))
+	rows, err := admin.Query(ctx, "SELECT message_id, status, coalesce(lease_owner, ''), lease_generation, attempt_count, attempts::text FROM "+tableOf(cfg.queue))
 	require.NoError(t, err)
 	for rows.Next() {
 		var id uuid.UUID
 		var r finalRow
-		require.NoError(t, rows.Scan(&id, &r.status, &r.owner, &r.gen, &r.attempts))
+		require.NoError(t, rows.Scan(&id, &r.status, &r.owner, &r.gen, &r.attempts, &r.raw))
+		require.NoError(t, json.Unmarshal([]byte(r.raw), &r.history), "attempts of %s", id)
 		final[id] = r
 	}
 	require.NoError(t, rows.Err())
@@ -125,10 +138,17 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 	// Writes: the fence, refusals, and who wrote the terminal state.
 	sort.Slice(rec.writes, func(i, j int) bool { return rec.writes[i].start.Before(rec.writes[j].start) })
 	terminalBy := map[uuid.UUID]map[int64]bool{}
-	releases := map[uuid.UUID]map[int64]bool{}
+	releases := map[uuid.UUID]map[int64]string{}        // (id, generation) -> owner, of releases a reply reported
+	unknownReleases := map[uuid.UUID]map[int64]string{} // the same, of release calls that returned an error
 	for _, w := range rec.writes {
 		if w.outcome == "" {
 			res.unknownWrites++
+			if w.kind == "release" {
+				if unknownReleases[w.id] == nil {
+					unknownReleases[w.id] = map[int64]string{}
+				}
+				unknownReleases[w.id][w.gen] = w.owner
+			}
 			continue
 		}
 		newer := false
@@ -170,22 +190,52 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 			require.Equal(t, want, r.status, "%s of %s succeeded, but the row is %s", w.kind, w.id, r.status)
 		case "release":
 			if releases[w.id] == nil {
-				releases[w.id] = map[int64]bool{}
+				releases[w.id] = map[int64]string{}
 			}
-			releases[w.id][w.gen] = true
+			releases[w.id][w.gen] = w.owner
 		}
 	}
 	for _, id := range ids {
 		require.LessOrEqual(t, len(terminalBy[id]), 1, "message %s reached a terminal state under %d generations", id, len(terminalBy[id]))
-		r := final[id]
-		released := len(releases[id]) + rec.orphans[id]
-		if cfg.dropReplyRate == 0 {
-			require.Equal(t, int(r.gen)-released, r.attempts, "message %s: attempt_count vs generations minus releases", id)
-		} else {
-			// A release whose reply was dropped applied unrecorded: the
-			// count is bounded by what was recorded and by the handler runs.
-			require.LessOrEqual(t, r.attempts, int(r.gen)-released, "message %s: attempt_count vs generations minus releases", id)
+	}
+
+	// Sweeps: per message and owner, the releases their replies reported;
+	// per owner, the sweeps that failed.
+	swept := map[uuid.UUID]map[string]int{}
+	sweepsFailed := map[string]int{}
+	for _, sw := range rec.sweeps {
+		res.sweeps++
+		if sw.failed {
+			res.sweepsFailed++
+			sweepsFailed[sw.owner]++
+			continue
 		}
+		for _, id := range sw.released {
+			res.swept++
+			if swept[id] == nil {
+				swept[id] = map[string]int{}
+			}
+			swept[id][sw.owner]++
+		}
+	}
+
+	// attempt_count: each claim adds one, each release (Release, or an
+	// orphan sweep) returns it. The recorder cannot count every release: a
+	// call whose deadline passed, or whose reply was lost, may have
+	// committed (under load a sweep's 300 ms deadline passes while the
+	// server commits). The row's attempt history can: one entry per
+	// generation, written by the statement that ended it, with the
+	// attempt number it ran as. So the counter is checked against the
+	// history, exactly, and the history against the recorder: every
+	// reported release is in it, and every release in it that no reply
+	// reported was written under a call of its owner that returned an
+	// error. checkReleases has the details.
+	for _, id := range ids {
+		r := final[id]
+		res.unreportedReleases += checkReleases(t, id, releaseFacts{
+			gen: r.gen, attempts: r.attempts, history: r.history, raw: r.raw,
+			reported: releases[id], unknown: unknownReleases[id], swept: swept[id], sweepsFailed: sweepsFailed,
+		})
 	}
 
 	// Invocations.
@@ -207,8 +257,16 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 			require.True(t, seenClaim[[2]any{id, inv.gen}], "%s generation %d handled without a recorded claim", id, inv.gen)
 		}
 		for _, c := range claimsOf[id] {
-			if !started[c.gen] && !releases[id][c.gen] {
+			if _, released := releases[id][c.gen]; !started[c.gen] && !released {
 				res.unstartedClaims++
+			}
+		}
+		// A released lease gave its attempt back: its handler never ran
+		// (the processor releases leases it has not started, the sweep
+		// leases it never saw).
+		for _, e := range r.history {
+			if e.Outcome == "released" {
+				require.False(t, started[e.Generation], "%s generation %d was released, returning its attempt, but its handler ran; attempts %s", id, e.Generation, r.raw)
 			}
 		}
 		if len(terminalBy[id]) == 1 {
@@ -262,6 +320,126 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 	require.NoError(t, err)
 	require.Zero(t, overlaps, "invocations overlapped while both held a valid lease, e.g. %s", example)
 	return res
+}
+
+// historyEntry is what the check reads of one entry of a row's attempts
+// (leasing.Attempt).
+type historyEntry struct {
+	Attempt    int    `json:"attempt"`
+	Generation int64  `json:"generation"`
+	Owner      string `json:"owner"`
+	Outcome    string `json:"outcome"`
+	Operator   bool   `json:"operator"`
+}
+
+// checkT is the part of *testing.T the checks use.
+type checkT interface {
+	require.TestingT
+	Helper()
+}
+
+// releaseFacts is what the check knows about one message's releases.
+type releaseFacts struct {
+	gen      int64 // the row's lease_generation
+	attempts int   // the row's attempt_count
+	history  []historyEntry
+	raw      string
+	// Generation -> owner: releases a reply reported applied (or already
+	// applied), and release calls that returned an error.
+	reported, unknown map[int64]string
+	swept             map[string]int // owner -> its sweeps whose reply released this message
+	sweepsFailed      map[string]int // owner -> its sweeps that returned an error (any message)
+}
+
+// checkReleases checks one terminal message's attempt_count against its
+// attempt history, and the history against what the recorder saw, and
+// returns how many of the history's releases no reply reported.
+//
+// The history has one entry per generation, each written by the
+// statement that ended that lease (a terminal or failed write, a release
+// or sweep, or the claim that reclaimed it after it expired) with the
+// attempt number the lease ran as; it keeps the latest
+// leasing.AttemptHistoryLimit entries. So:
+//   - its generations run without a gap up to the row's generation (from
+//     1 when nothing was dropped), the last one terminal;
+//   - each generation's attempt is the previous one's plus one, or the
+//     same when the previous lease was released; attempt_count is the last
+//     one's, and (untruncated) generations minus releases;
+//   - every release a reply reported is in it, under the same owner, and
+//     (untruncated) each owner's sweeps whose reply released the message
+//     are in it;
+//   - each release in it that no reply reported is explained by a call of
+//     its owner that returned an error: a release of that very lease, or
+//     one of the owner's failed sweeps (a sweep releases a message at most
+//     once).
+func checkReleases(t checkT, id uuid.UUID, f releaseFacts) (unreported int) {
+	t.Helper()
+	h := f.history
+	require.NotEmpty(t, h, "%s: no attempt history", id)
+	complete := len(h) < leasing.AttemptHistoryLimit
+	first := h[0].Generation
+	for i, e := range h {
+		require.False(t, e.Operator, "%s: operator entry in attempts %s", id, f.raw)
+		if i > 0 {
+			require.Equal(t, h[i-1].Generation+1, e.Generation, "%s: generations in attempts %s", id, f.raw)
+			want := h[i-1].Attempt + 1
+			if h[i-1].Outcome == "released" {
+				want--
+			}
+			require.Equal(t, want, e.Attempt, "%s: attempt of generation %d in attempts %s", id, e.Generation, f.raw)
+		}
+	}
+	last := h[len(h)-1]
+	require.Equal(t, f.gen, last.Generation, "%s: last generation in attempts %s", id, f.raw)
+	require.NotEqual(t, "released", last.Outcome, "%s: attempts %s", id, f.raw)
+	require.Equal(t, last.Attempt, f.attempts, "%s: attempt_count vs the last generation's attempt in attempts %s", id, f.raw)
+	releasedIn := map[string]int{} // owner -> releases in the history that no reply reported
+	explained := map[string]int{}  // of those, under a release call of that lease that returned an error
+	released := 0
+	for _, e := range h {
+		if e.Outcome != "released" {
+			continue
+		}
+		released++
+		if _, ok := f.reported[e.Generation]; ok {
+			continue
+		}
+		releasedIn[e.Owner]++
+		if f.unknown[e.Generation] == e.Owner {
+			explained[e.Owner]++
+		}
+	}
+	if complete {
+		require.Equal(t, int64(1), first, "%s: first generation in attempts %s", id, f.raw)
+		require.Equal(t, 1, h[0].Attempt, "%s: first attempt in attempts %s", id, f.raw)
+		require.Equal(t, int(f.gen)-released, f.attempts, "message %s: attempt_count vs generations minus releases in attempts %s", id, f.raw)
+	}
+	for g, owner := range f.reported {
+		if g < first {
+			continue // dropped from the history
+		}
+		e := h[g-first]
+		require.Equal(t, "released", e.Outcome, "%s: generation %d's release was reported applied; attempts %s", id, g, f.raw)
+		require.Equal(t, owner, e.Owner, "%s: generation %d's release; attempts %s", id, g, f.raw)
+	}
+	owners := map[string]bool{}
+	for o := range releasedIn {
+		owners[o] = true
+	}
+	for o := range f.swept {
+		owners[o] = true
+	}
+	for o := range owners {
+		if complete {
+			require.LessOrEqual(t, f.swept[o], releasedIn[o], "%s: %s's sweeps reported releasing it %d times; attempts %s", id, o, f.swept[o], f.raw)
+		}
+		extra := releasedIn[o] - f.swept[o]
+		require.LessOrEqual(t, extra, explained[o]+f.sweepsFailed[o],
+			"%s: %d releases by %s in the history that no reply reported, with %d of its release calls of those leases and %d of its sweeps failed; attempts %s",
+			id, extra, o, explained[o], f.sweepsFailed[o], f.raw)
+		unreported += max(extra, 0)
+	}
+	return unreported
 }
 
 // clockSkew estimates the database clock minus this process's clock, from

@@ -39,12 +39,22 @@ type writeEvent struct {
 	start, end time.Time
 }
 
+// sweepEvent is one ReleaseOrphans call.
+type sweepEvent struct {
+	owner string
+	// released is what the reply said the call released; nil when the
+	// call returned an error: it may have released rows all the same
+	// (committed, reply lost or too late for the caller's deadline).
+	released []uuid.UUID
+	failed   bool
+}
+
 // stressRecorder collects what every worker saw.
 type stressRecorder struct {
 	mu          sync.Mutex
 	claims      []claimEvent
 	writes      []writeEvent
-	orphans     map[uuid.UUID]int // rows each ReleaseOrphans reply said it released
+	sweeps      []sweepEvent
 	invocations []invocation
 	expiry      map[[2]any]time.Time // (id, gen) -> latest known lease expiry
 	renewed     int
@@ -186,26 +196,23 @@ func (s *recordingStore) write(ctx context.Context, kind string, leases []leasin
 	return res, err
 }
 
-// ReleaseOrphans records the rows a sweep released: each returns the attempt
-// of a claim whose reply never reached its processor.
+// ReleaseOrphans records each sweep: the rows its reply said it released
+// (each returns the attempt of a claim whose reply never reached its
+// processor), or that it failed and may have released rows unseen.
 func (s *recordingStore) ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
 	if err := s.gate(ctx); err != nil {
-		return nil, err
+		return nil, err // never sent
 	}
 	ids, err := s.Store.ReleaseOrphans(ctx, owner, held)
+	ev := sweepEvent{owner: owner, released: ids, failed: err != nil}
 	if err != nil {
 		s.rec.callError("release-orphans", err)
-		return ids, err
+		ev.released = nil
 	}
 	s.rec.mu.Lock()
-	defer s.rec.mu.Unlock()
-	if s.rec.orphans == nil {
-		s.rec.orphans = map[uuid.UUID]int{}
-	}
-	for _, id := range ids {
-		s.rec.orphans[id]++
-	}
-	return ids, nil
+	s.rec.sweeps = append(s.rec.sweeps, ev)
+	s.rec.mu.Unlock()
+	return ids, err
 }
 
 func (s *recordingStore) Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {

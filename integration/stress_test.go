@@ -29,8 +29,14 @@ import (
 //     lease: an invocation of generation g+1 started only after generation
 //     g's invocation finished or its lease (last known expiry) ended;
 //   - at most one invocation per (message, generation) (the table's key);
-//   - attempt_count = lease_generation - applied releases, and every
-//     recorded claim's generation is one the row went through.
+//   - attempt_count = lease_generation - applied releases, read from the
+//     row's attempt history (one entry per generation, each with its
+//     attempt number: +1 per claim, -1 after a release), which agrees with
+//     the recorder: every release a reply reported is in it, and every one
+//     no reply reported ran under a release or orphan sweep of its owner
+//     that returned an error (it committed, the reply came too late or
+//     not at all); no released generation ran its handler; every recorded
+//     claim's generation is one the row went through.
 //
 // The fault tests (fault_*_test.go) run the same harness with connections
 // terminated, replies dropped after the statement was sent, whole workers

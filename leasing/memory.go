@@ -449,7 +449,8 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 	now := m.clock()
 	released := []uuid.UUID{}
 	for id, r := range m.rows {
-		if r.Status != m.queue.InFlight() || r.LeaseOwner != owner || keep[id] {
+		if r.Status != m.queue.InFlight() || r.LeaseOwner != owner || keep[id] ||
+			r.LeaseExpiresAt == nil || !r.LeaseExpiresAt.After(now) {
 			continue
 		}
 		a := m.attemptOf(r, AttemptReleased, now)

@@ -49,10 +49,13 @@ type Store interface {
 	Release(ctx context.Context, leases ...Lease) (WriteResult, error)
 
 	// ReleaseOrphans releases, as Release does, every in-flight row leased
-	// to owner whose id is not in held: leases that a claim took for owner
-	// but whose reply never reached it (the call failed or timed out after
-	// the claim committed). Only the process that owns the owner name may
-	// call it, and never while one of its claims is running. Returns the
+	// to owner whose lease has not expired by the store's now and whose id
+	// is not in held: leases that a claim took for owner but whose reply
+	// never reached it (the call failed or timed out after the claim
+	// committed). An expired lease is left alone, to be reclaimed with its
+	// attempt counted: owner may have held it, run its handler, lost it
+	// and forgotten it. Only the process that owns the owner name may call
+	// it, and never while one of its claims is running. Returns the
 	// released ids ordered by id.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
 

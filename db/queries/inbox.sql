@@ -1015,19 +1015,22 @@ LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
 
 -- InboxReleaseOrphans releases every processing inbox row leased to
--- lease_owner whose message_id is not in held_message_ids: leases a claim
--- took for an owner that never learned of them, because the claim's reply
--- was lost after it committed. Like InboxRelease, each row becomes pending and
--- due at once, its lease owner and expiry are cleared, its attempt is
--- returned and the attempt's entry (released) appended to attempts. Rows
--- locked by others are skipped. Returns the released
--- message_ids in message_id order.
+-- lease_owner whose lease has not expired at now and whose message_id is not
+-- in held_message_ids: leases a claim took for an owner that never learned
+-- of them, because the claim's reply was lost after it committed. Like
+-- InboxRelease, each row becomes pending and due at once, its lease owner and
+-- expiry are cleared, its attempt is returned and the attempt's entry
+-- (released) appended to attempts. An expired lease is left to be reclaimed,
+-- its attempt counted: the owner may have held it and lost it, its handler
+-- run, and forgotten it since. Rows locked by others are skipped. Returns the
+-- released message_ids in message_id order.
 -- name: InboxReleaseOrphans :many
 WITH orphans AS (
     SELECT message_id
     FROM inbox_messages
     WHERE status = 'processing'
       AND lease_owner = @lease_owner::text
+      AND lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       AND NOT (message_id = ANY ((@held_message_ids::text[])::uuid[]))
     ORDER BY message_id
     FOR UPDATE SKIP LOCKED

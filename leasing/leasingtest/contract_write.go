@@ -292,4 +292,26 @@ var writeCases = []contractCase{
 		_, err = b.store.ReleaseOrphans(b.ctx, "", nil)
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 	}},
+	{"ReleaseOrphans/LeavesExpiredLeases", func(t *testing.T, b *bundle) {
+		// An expired lease of the owner may be one it held and lost after
+		// its handler ran: releasing it would return an attempt that ran.
+		ids := b.enqueueN(2)
+		expired := b.claim("me", 1)[0]
+		b.env.Clock.Advance(lease / 2)
+		live := b.claim("me", 1)[0]
+		b.env.Clock.Advance(lease / 2) // expired's lease ends now
+		released, err := b.store.ReleaseOrphans(b.ctx, "me", nil)
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{live.Message.ID}, released, "only the lease that has not expired")
+		require.Equal(t, 0, b.get(ids[1]).AttemptCount)
+		row := b.get(ids[0])
+		require.Equal(t, b.q.InFlight(), row.Status)
+		require.Equal(t, "me", row.LeaseOwner)
+		require.Equal(t, 1, row.AttemptCount, "the expired lease keeps its attempt")
+		require.Empty(t, row.Attempts)
+		again := b.claim("them", 1)
+		require.Equal(t, []uuid.UUID{ids[0]}, idsOf(again), "reclaimed as an expired lease")
+		require.Equal(t, 2, again[0].Attempt)
+		require.Equal(t, expired.Generation+1, again[0].Generation)
+	}},
 }

@@ -209,7 +209,9 @@ func (b *book) rememberLost(id uuid.UUID) {
 }
 
 // pruneLost forgets leases given up more than leaseFor ago: they have
-// expired, and the rows may be reclaimed by anyone. The caller holds b.mu.
+// expired, and the rows may be reclaimed by anyone; a sweep leaves expired
+// leases alone (Store.ReleaseOrphans), so that one still unreclaimed keeps
+// the attempt its handler ran. The caller holds b.mu.
 func (b *book) pruneLost() {
 	for id, at := range b.lostAt {
 		if time.Since(at) > b.leaseFor {

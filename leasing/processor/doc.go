@@ -22,7 +22,9 @@
 //     waits PollInterval, and for one LeaseDuration precedes each claim
 //     with a ReleaseOrphans sweep: a failed claim may have committed
 //     leases it never saw, which the sweep releases with their attempt
-//     returned.
+//     returned while they have not expired (an expired one may be a lease
+//     this processor lost after its handler ran; it is reclaimed with its
+//     attempt counted).
 //   - Heartbeat: from its claim until its outcome is written, every lease
 //     (waiting, running or being written) is renewed each HeartbeatInterval,
 //     all of them with one Renew call whose deadline is the soonest moment

@@ -25,8 +25,8 @@ type Store interface {
 	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
 	// Release gives leases back, due at once, their attempt returned.
 	Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
-	// ReleaseOrphans releases the rows leased to owner whose ids are not
-	// in held.
+	// ReleaseOrphans releases the rows leased to owner whose leases have
+	// not expired and whose ids are not in held.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
 	// Complete writes the queue's success state.
 	Complete(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
