@@ -215,7 +215,7 @@ func testTracing(t *testing.T, b *traceBundle) {
 		a := traceAttrs(s)
 		require.Equal(t, "receive", a["messaging.operation.type"].AsString())
 		require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
-		require.Equal(t, int64(processor.DefaultBatchSize), a["leasestore.claim.batch_size"].AsInt64())
+		require.Equal(t, int64(processor.DefaultBatchSize), a["messaging.leasestore.claim.batch_size"].AsInt64())
 		require.Len(t, s.Links(), int(a["messaging.batch.message_count"].AsInt64()), "a link per lease")
 		require.Positive(t, a["messaging.batch.message_count"].AsInt64(), "no span for a claim that found nothing")
 	}
@@ -234,21 +234,21 @@ func testTracing(t *testing.T, b *traceBundle) {
 			_, found = handlers[s.SpanContext().SpanID()]
 			require.True(t, found, "the handler's context carries the process span")
 			a := traceAttrs(s)
-			require.Equal(t, int64(i+1), a["leasestore.attempt"].AsInt64())
-			require.Equal(t, int64(i+1), a["leasestore.lease.generation"].AsInt64())
-			require.Equal(t, "acme", a["leasestore.tenant_id"].AsString())
+			require.Equal(t, int64(i+1), a["messaging.leasestore.attempt"].AsInt64())
+			require.Equal(t, int64(i+1), a["messaging.leasestore.lease.generation"].AsInt64())
+			require.Equal(t, "acme", a["messaging.leasestore.tenant_id"].AsString())
 			require.Equal(t, "process", a["messaging.operation.type"].AsString())
 			require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
 			if q == leasing.Outbox {
-				require.Equal(t, "orders", a["leasestore.topic"].AsString())
+				require.Equal(t, "orders", a["messaging.leasestore.topic"].AsString())
 			}
 			if i == len(spans)-1 {
-				require.Equal(t, "succeeded", a["leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
-				require.Equal(t, "applied", a["leasestore.write.outcome"].AsString())
+				require.Equal(t, "succeeded", a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 				continue
 			}
-			require.Equal(t, "failed", a["leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+			require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
 			require.Equal(t, codes.Error, s.Status().Code)
 			want := map[uuid.UUID]string{flaky: "handler_error", panics: "panic"}[id]
 			require.Equal(t, want, a["error.type"].AsString())
@@ -281,7 +281,7 @@ func testTracing(t *testing.T, b *traceBundle) {
 			continue
 		}
 		a := traceAttrs(s)
-		require.Equal(t, a["messaging.batch.message_count"].AsInt64(), a["leasestore.renew.renewed"].AsInt64()+a["leasestore.renew.lost"].AsInt64())
+		require.Equal(t, a["messaging.batch.message_count"].AsInt64(), a["messaging.leasestore.renew.renewed"].AsInt64()+a["messaging.leasestore.renew.lost"].AsInt64())
 	}
 }
 
@@ -409,7 +409,7 @@ func TestTracingBatch(t *testing.T) {
 			require.Equal(t, claim.SpanID(), batch.Parent().SpanID())
 			a := traceAttrs(batch)
 			require.Equal(t, int64(3), a["messaging.batch.message_count"].AsInt64())
-			require.Equal(t, int64(1), a["leasestore.batch.failed"].AsInt64())
+			require.Equal(t, int64(1), a["messaging.leasestore.batch.failed"].AsInt64())
 			require.Equal(t, codes.Unset, batch.Status().Code)
 			require.Len(t, batch.Links(), 3)
 			links := map[trace.SpanID]sdktrace.Link{}
@@ -426,15 +426,15 @@ func TestTracingBatch(t *testing.T) {
 				require.Equal(t, []attribute.KeyValue{attribute.String("messaging.message.id", id.String())}, l.Attributes)
 				a := traceAttrs(s)
 				require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
-				require.Equal(t, int64(1), a["leasestore.attempt"].AsInt64())
-				require.Equal(t, "applied", a["leasestore.write.outcome"].AsString())
+				require.Equal(t, int64(1), a["messaging.leasestore.attempt"].AsInt64())
+				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				if i == 1 {
-					require.Equal(t, "failed", a["leasestore.outcome"].AsString())
+					require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString())
 					require.Equal(t, "handler_error", a["error.type"].AsString())
 					require.Equal(t, codes.Error, s.Status().Code)
 					continue
 				}
-				require.Equal(t, "succeeded", a["leasestore.outcome"].AsString())
+				require.Equal(t, "succeeded", a["messaging.leasestore.outcome"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 			}
 			completes := b.spans("complete " + string(q))

@@ -149,7 +149,7 @@ func endSend(span trace.Span, duplicates int, err error) {
 		return
 	}
 	if duplicates > 0 {
-		span.SetAttributes(attribute.Int("leasestore.duplicates", duplicates))
+		span.SetAttributes(attribute.Int("messaging.leasestore.duplicates", duplicates))
 	}
 	if err != nil {
 		span.RecordError(err)

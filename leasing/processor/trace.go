@@ -19,25 +19,25 @@ import (
 // messaging.batch.message_count, error.type); the package documentation,
 // Tracing, lists which span carries which.
 const (
-	attrAttempt     = "leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
-	attrGeneration  = "leasestore.lease.generation" // int: Lease.Generation, the fence
-	attrTenant      = "leasestore.tenant_id"        // string, when not empty
-	attrType        = "leasestore.message.type"     // string, when not empty
-	attrTopic       = "leasestore.topic"            // string: the outbox topic, when not empty
-	attrOrderingKey = "leasestore.ordering_key"     // string: the message's ordering key, when not empty
-	attrOutcome     = "leasestore.outcome"          // string: processOutcome*
-	attrWriteResult = "leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
-	attrBatchSize   = "leasestore.claim.batch_size" // int: the most messages the claim asked for
-	attrParked      = "leasestore.parked"           // int: rows the claim parked
-	attrApplied     = "leasestore.write.succeeded"  // int: writes applied or already applied
-	attrRejected    = "leasestore.write.rejected"   // int: writes the fence refused
-	attrRenewed     = "leasestore.renew.renewed"    // int: leases renewed
-	attrLost        = "leasestore.renew.lost"       // int: leases the renew found lost
-	attrFailed      = "leasestore.batch.failed"     // int: outcomes of a batch call that are errors
+	attrAttempt     = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
+	attrGeneration  = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence
+	attrTenant      = "messaging.leasestore.tenant_id"        // string, when not empty
+	attrType        = "messaging.leasestore.message.type"     // string, when not empty
+	attrTopic       = "messaging.leasestore.topic"            // string: the outbox topic, when not empty
+	attrOrderingKey = "messaging.leasestore.ordering_key"     // string: the message's ordering key, when not empty
+	attrOutcome     = "messaging.leasestore.outcome"          // string: processOutcome*
+	attrWriteResult = "messaging.leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
+	attrBatchSize   = "messaging.leasestore.claim.batch_size" // int: the most messages the claim asked for
+	attrParked      = "messaging.leasestore.parked"           // int: rows the claim parked
+	attrApplied     = "messaging.leasestore.write.succeeded"  // int: writes applied or already applied
+	attrRejected    = "messaging.leasestore.write.rejected"   // int: writes the fence refused
+	attrRenewed     = "messaging.leasestore.renew.renewed"    // int: leases renewed
+	attrLost        = "messaging.leasestore.renew.lost"       // int: leases the renew found lost
+	attrFailed      = "messaging.leasestore.batch.failed"     // int: outcomes of a batch call that are errors
 	attrErrorType   = "error.type"
 )
 
-// The leasestore.outcome values of a process span: how the attempt ended.
+// The messaging.leasestore.outcome values of a process span: how the attempt ended.
 const (
 	processOutcomeSucceeded    = "succeeded"     // the success state was written
 	processOutcomeFailed       = "failed"        // failed was written, due again after the backoff
@@ -187,7 +187,7 @@ func (t tracer) startBatch(base context.Context, hs []*heldLease) (context.Conte
 
 // endBatch ends the span of a batch handler call that returned errs (one
 // per lease, after handleBatch's checks) and ran past HandlerTimeout when
-// timedOut (handlerTimedOutSpan recorded it): leasestore.batch.failed
+// timedOut (handlerTimedOutSpan recorded it): messaging.leasestore.batch.failed
 // counts the errors; a panic or a result of the wrong length, which fail
 // every lease, and a timeout make the status error.
 func endBatch(span trace.Span, errs []error, timedOut bool) {

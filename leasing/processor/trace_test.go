@@ -99,20 +99,20 @@ func (b *traceBundle) requireProcess(t *testing.T, s spantest.Span, send spantes
 	require.Equal(t, trace.SpanKindClient, claim.Kind)
 	require.False(t, claim.Parent.IsValid())
 	want := map[attribute.Key]attribute.Value{
-		"messaging.system":            attribute.StringValue("leasestore"),
-		"messaging.operation.name":    attribute.StringValue("process"),
-		"messaging.operation.type":    attribute.StringValue("process"),
-		"messaging.destination.name":  attribute.StringValue(string(q)),
-		"leasestore.attempt":          attribute.IntValue(attempt),
-		"leasestore.lease.generation": attribute.Int64Value(int64(attempt)),
-		"leasestore.tenant_id":        attribute.StringValue("acme"),
-		"leasestore.ordering_key":     s.Attributes["messaging.message.id"],
+		"messaging.system":                      attribute.StringValue("leasestore"),
+		"messaging.operation.name":              attribute.StringValue("process"),
+		"messaging.operation.type":              attribute.StringValue("process"),
+		"messaging.destination.name":            attribute.StringValue(string(q)),
+		"messaging.leasestore.attempt":          attribute.IntValue(attempt),
+		"messaging.leasestore.lease.generation": attribute.Int64Value(int64(attempt)),
+		"messaging.leasestore.tenant_id":        attribute.StringValue("acme"),
+		"messaging.leasestore.ordering_key":     s.Attributes["messaging.message.id"],
 	}
 	for k, v := range want {
 		require.Equal(t, v, s.Attributes[k], "%s", k)
 	}
 	if q == leasing.Outbox {
-		require.Equal(t, attribute.StringValue("orders"), s.Attributes["leasestore.topic"])
+		require.Equal(t, attribute.StringValue("orders"), s.Attributes["messaging.leasestore.topic"])
 	}
 }
 
@@ -145,12 +145,12 @@ func TestProcessorTracing(t *testing.T) {
 				require.Equal(t, attribute.StringValue(r.p.Owner()), s.Attributes["messaging.client.id"])
 			}
 			require.NotEqual(t, spans[0].Parent, spans[1].Parent, "each attempt under its own claim")
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("handler_error"), spans[0].Attributes["error.type"])
 			require.Equal(t, codes.Error, spans[0].Status)
 			require.Equal(t, []string{"exception"}, spans[0].Events)
-			require.Equal(t, attribute.StringValue("succeeded"), spans[1].Attributes["leasestore.outcome"])
-			require.Equal(t, attribute.StringValue("applied"), spans[1].Attributes["leasestore.write.outcome"])
+			require.Equal(t, attribute.StringValue("succeeded"), spans[1].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("applied"), spans[1].Attributes["messaging.leasestore.write.outcome"])
 			require.Equal(t, codes.Unset, spans[1].Status)
 
 			for i, name := range []string{"fail ", "complete "} {
@@ -161,7 +161,7 @@ func TestProcessorTracing(t *testing.T) {
 				require.False(t, w.Parent.IsValid())
 				require.Equal(t, attribute.StringValue("settle"), w.Attributes["messaging.operation.type"])
 				require.Equal(t, attribute.IntValue(1), w.Attributes["messaging.batch.message_count"])
-				require.Equal(t, attribute.IntValue(1), w.Attributes["leasestore.write.succeeded"])
+				require.Equal(t, attribute.IntValue(1), w.Attributes["messaging.leasestore.write.succeeded"])
 				require.Len(t, w.Links, 1)
 				require.Equal(t, spans[i].SpanContext, w.Links[0].SpanContext, "the write links to the attempt it settles")
 			}
@@ -199,9 +199,9 @@ func TestProcessorTracing(t *testing.T) {
 				require.Len(t, spans, 1, typ)
 				s := spans[0]
 				b.requireProcess(t, s, sends[typ], 1)
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["leasestore.outcome"], typ)
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"], typ)
 				require.Equal(t, attribute.StringValue(want), s.Attributes["error.type"], typ)
-				require.Equal(t, attribute.StringValue("applied"), s.Attributes["leasestore.write.outcome"], typ)
+				require.Equal(t, attribute.StringValue("applied"), s.Attributes["messaging.leasestore.write.outcome"], typ)
 				require.Equal(t, codes.Error, s.Status, typ)
 			}
 			require.Equal(t, []string{"handler timed out"}, b.process(ids["timeout"])[0].Events)
@@ -230,15 +230,15 @@ func TestProcessorTracing(t *testing.T) {
 
 			s := b.process(id)[0]
 			b.requireProcess(t, s, send, 1)
-			require.Equal(t, attribute.StringValue("lost"), s.Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 			require.Equal(t, codes.Error, s.Status)
-			_, written := s.Attributes["leasestore.write.outcome"]
+			_, written := s.Attributes["messaging.leasestore.write.outcome"]
 			require.False(t, written, "nothing is written for a lost lease")
 			var lost int64
 			for _, rs := range b.tp.Named("renew " + string(q)) {
 				require.Equal(t, attribute.IntValue(1), rs.Attributes["messaging.batch.message_count"])
-				lost += rs.Attributes["leasestore.renew.lost"].AsInt64()
+				lost += rs.Attributes["messaging.leasestore.renew.lost"].AsInt64()
 			}
 			require.Equal(t, int64(1), lost, "the renew that found it lost says so")
 		})
@@ -258,7 +258,7 @@ func TestProcessorTracing(t *testing.T) {
 			spans := b.process(id)
 			require.Len(t, spans, 1)
 			b.requireProcess(t, spans[0], send, 1)
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("shutdown"), spans[0].Attributes["error.type"])
 		})
 
@@ -273,7 +273,7 @@ func TestProcessorTracing(t *testing.T) {
 			claims := b.tp.Named("claim " + string(q))
 			require.Len(t, claims, 1, "only the claim that took the message is a span")
 			require.Equal(t, attribute.IntValue(1), claims[0].Attributes["messaging.batch.message_count"])
-			require.Equal(t, attribute.IntValue(processor.DefaultBatchSize), claims[0].Attributes["leasestore.claim.batch_size"])
+			require.Equal(t, attribute.IntValue(processor.DefaultBatchSize), claims[0].Attributes["messaging.leasestore.claim.batch_size"])
 		})
 
 		t.Run(string(q)+"/Off", func(t *testing.T) {
