@@ -208,7 +208,8 @@
 //     messaging.leasestore.tenant_id, messaging.leasestore.message.type,
 //     messaging.leasestore.topic and messaging.leasestore.ordering_key
 //     (those four when not empty). It ends once the attempt's outcome is
-//     written, with messaging.leasestore.outcome = succeeded, failed,
+//     written, with messaging.leasestore.outcome = succeeded (published
+//     on the outbox: the word of SucceededCounter), failed,
 //     dead_lettered or lost (nothing written),
 //     messaging.leasestore.write.outcome the store's leasing.Outcome,
 //     status error unless it succeeded, and error.type handler_error,

@@ -37,9 +37,13 @@ const (
 	attrErrorType   = "error.type"
 )
 
-// The messaging.leasestore.outcome values of a process span: how the attempt ended.
+// The messaging.leasestore.outcome values of a process span: how the
+// attempt ended. A success is the word of the queue's success counter
+// (SucceededCounter): processOutcomeSucceeded on the inbox,
+// processOutcomePublished on the outbox.
 const (
-	processOutcomeSucceeded    = "succeeded"     // the success state was written
+	processOutcomeSucceeded    = "succeeded"     // the inbox's success state was written
+	processOutcomePublished    = "published"     // the outbox's success state was written
 	processOutcomeFailed       = "failed"        // failed was written, due again after the backoff
 	processOutcomeDeadLettered = "dead_lettered" // dead_lettered was written
 	processOutcomeLost         = "lost"          // the lease was lost: nothing written
@@ -48,9 +52,10 @@ const (
 // tracer starts a processor's spans; the zero value, a processor without
 // a TracerProvider, starts none.
 type tracer struct {
-	t      trace.Tracer
-	queue  leasing.Queue
-	common []attribute.KeyValue // messaging.system, destination and client id
+	t         trace.Tracer
+	queue     leasing.Queue
+	common    []attribute.KeyValue // messaging.system, destination and client id
+	succeeded string               // the messaging.leasestore.outcome of a success on queue
 }
 
 // newTracer returns the tracer of a processor of queue q claiming as
@@ -59,7 +64,11 @@ func newTracer(tp trace.TracerProvider, q leasing.Queue, owner string) tracer {
 	if tp == nil {
 		return tracer{}
 	}
-	return tracer{t: tp.Tracer(instrumentationScope), queue: q, common: []attribute.KeyValue{
+	succeeded := processOutcomeSucceeded
+	if q == leasing.Outbox {
+		succeeded = processOutcomePublished
+	}
+	return tracer{t: tp.Tracer(instrumentationScope), queue: q, succeeded: succeeded, common: []attribute.KeyValue{
 		attribute.String("messaging.system", leasing.MessagingSystem),
 		attribute.String("messaging.destination.name", string(q)),
 		attribute.String("messaging.client.id", owner),
@@ -264,7 +273,7 @@ func (t tracer) startWrite(kind writeKind, g []pendingWrite, call func(context.C
 // endWrite ends the span of an outcome write of g, all of kind, that
 // reported res or failed with err (given up), and the process spans of g
 // with the outcome each attempt got.
-func endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
+func (t tracer) endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
 	if span == nil {
 		return
 	}
@@ -289,15 +298,15 @@ func endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.Wri
 		if err == nil && i < len(res.Outcomes) {
 			o = res.Outcomes[i].Outcome
 		}
-		endProcess(pw, o, err)
+		t.endProcess(pw, o, err)
 	}
 }
 
 // endProcess ends the process span of pw's attempt, whose outcome write
 // reported o or was given up with err.
-func endProcess(pw pendingWrite, o leasing.Outcome, err error) {
+func (t tracer) endProcess(pw pendingWrite, o leasing.Outcome, err error) {
 	span := pw.h.span
-	outcome := processOutcomeSucceeded
+	outcome := t.succeeded
 	switch pw.kind {
 	case writeFail:
 		outcome = processOutcomeFailed
