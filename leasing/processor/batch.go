@@ -92,10 +92,7 @@ var ErrBatchLength = errors.New("processor: batch handler returned the wrong num
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func NewBatch(store Store, handler BatchHandler, opts Options) (*Processor, error) {
-	if handler == nil {
-		return nil, argumentError("handler", "must not be nil")
-	}
-	return newProcessor(store, opts, func(p *Processor) { p.batch = handler })
+	return newProcessor(store, handler != nil, opts, func(p *Processor) { p.batch = handler })
 }
 
 // dispatchBatch starts a worker for each claim's waiting leases, up to

@@ -156,11 +156,12 @@ func TestBatchProcessor(t *testing.T) {
 			opts    processor.Options
 			field   string
 		}{
-			"NilStore":        {nil, ok, processor.Options{}, "store"},
-			"NilHandler":      {mem, nil, processor.Options{}, "handler"},
-			"BatchTooLarge":   {mem, ok, processor.Options{BatchSize: leasing.MaxBatchSize + 1}, ""},
-			"NegativeBatch":   {mem, ok, processor.Options{BatchSize: -1}, ""},
-			"NegativeTimeout": {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
+			"NilStore":           {nil, ok, processor.Options{}, "store"},
+			"NilHandler":         {mem, nil, processor.Options{}, "handler"},
+			"NilStoreAndHandler": {nil, nil, processor.Options{}, "store"},
+			"BatchTooLarge":      {mem, ok, processor.Options{BatchSize: leasing.MaxBatchSize + 1}, ""},
+			"NegativeBatch":      {mem, ok, processor.Options{BatchSize: -1}, ""},
+			"NegativeTimeout":    {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
 		} {
 			p, err := processor.NewBatch(c.store, c.handler, c.opts)
 			require.Nil(t, p, name)
