@@ -238,25 +238,28 @@ func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 // startBatchTimeout starts the HandlerTimeout of the batch call over hs,
 // which has just started under span (its batch span, nil without
 // tracing), and returns the function that stops it once the call returned
-// and reports whether it fired: as for startTimeout, that function returns
-// only after a timeout that fired has handed its outcomes to the writer.
+// and reports whether it timed out a lease: as for startTimeout, that
+// function returns only after a timeout that fired has handed its outcomes
+// to the writer. span is marked timed out only when a lease was: leases
+// all lost before the timeout leave the call's span without error.type.
 func (r *run) startBatchTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (fired bool)) {
 	d := r.p.opts.HandlerTimeout
 	if d == NoHandlerTimeout {
 		return func() bool { return false }
 	}
-	fired := make(chan struct{})
+	fired := make(chan bool, 1)
 	t := time.AfterFunc(d, func() {
-		defer close(fired)
-		handlerTimedOutSpan(span, d)
-		r.timeOutBatch(hs, cancel)
+		timedOut := r.timeOutBatch(hs, cancel)
+		if timedOut {
+			handlerTimedOutSpan(span, d)
+		}
+		fired <- timedOut
 	})
 	return func() bool {
 		if t.Stop() {
 			return false
 		}
-		<-fired
-		return true
+		return <-fired
 	}
 }
 
@@ -264,8 +267,10 @@ func (r *run) startBatchTimeout(hs []*heldLease, span trace.Span, cancel context
 // past HandlerTimeout: the call's context is cancelled with an
 // ErrHandlerTimeout cause and the failures of every lease still held go to
 // the writer at once, in one submit, whether or not the call returns; as
-// for timeOut, what the call returns later is dropped by batchOutcomes.
-func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) {
+// for timeOut, what the call returns later is dropped by batchOutcomes. It
+// reports whether it timed out any lease (none when all were lost or
+// written).
+func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	var (
 		timedOut []*heldLease
@@ -290,6 +295,7 @@ func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) {
 		r.p.batchTimedOut(leases)
 		r.w.submit(pws...)
 	}
+	return len(pws) > 0
 }
 
 // batchAttrs are the attributes of the leases of one batch call, then

@@ -76,6 +76,31 @@ func (b *traceBundle) requireBatch(t *testing.T, ids []uuid.UUID, sends []spante
 	return batch, processes
 }
 
+// loseBatch runs one batch call over two traced messages with opts
+// (Concurrency 1) while another worker reclaims both leases; once the
+// call's context has ended, the handler returns after(ctx, leases). It
+// returns the call's span and the leases' process spans, checked by
+// requireBatch, once all have ended.
+func (b *traceBundle) loseBatch(t *testing.T, opts processor.Options, after processor.BatchHandler) (batch spantest.Span, processes []spantest.Span) {
+	t.Helper()
+	ids, sends := b.enqueueBatch(t, "a", "b")
+	started := make(chan trace.SpanContext, 1)
+	opts.TracerProvider, opts.Concurrency = b.tp, 1
+	b.startBatch(t, b.store, func(ctx context.Context, leases []leasing.Lease) []error {
+		started <- trace.SpanContextFromContext(ctx)
+		<-ctx.Done() // every lease lost
+		return after(ctx, leases)
+	}, opts)
+	handlerSpan := <-started
+	b.clock.Advance(time.Minute) // past the leases: another worker reclaims both
+	require.Len(t, b.claimAsOther(t), 2)
+	waitFor(t, func() bool { return len(b.batchSpans()) == 1 }, "the call returned")
+	for _, id := range ids {
+		waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
+	}
+	return b.requireBatch(t, ids, sends, handlerSpan)
+}
+
 func TestBatchProcessorTracing(t *testing.T) {
 	t.Parallel()
 	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
@@ -185,27 +210,32 @@ func TestBatchProcessorTracing(t *testing.T) {
 		t.Run(string(q)+"/LostLeases", func(t *testing.T) {
 			t.Parallel()
 			b := setupTracing(t, q)
-			ids, sends := b.enqueueBatch(t, "a", "b")
-			started := make(chan trace.SpanContext, 1)
-			b.startBatch(t, b.store, func(ctx context.Context, leases []leasing.Lease) []error {
-				started <- trace.SpanContextFromContext(ctx)
-				<-ctx.Done()
+			_, spans := b.loseBatch(t, processor.Options{}, func(ctx context.Context, leases []leasing.Lease) []error {
 				return repeat(len(leases), context.Cause(ctx))
-			}, processor.Options{TracerProvider: b.tp, Concurrency: 1})
-			handlerSpan := <-started
-			b.clock.Advance(time.Minute) // past the leases: another worker reclaims both
-			require.Len(t, b.claimAsOther(t), 2)
-			waitFor(t, func() bool { return len(b.batchSpans()) == 1 }, "the call returned")
-			for _, id := range ids {
-				waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
-			}
-			_, spans := b.requireBatch(t, ids, sends, handlerSpan)
+			})
 			for _, s := range spans {
 				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 				require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 				require.Equal(t, codes.Error, s.Status)
 				_, written := s.Attributes["messaging.leasestore.write.outcome"]
 				require.False(t, written, "nothing is written for a lost lease")
+			}
+		})
+
+		t.Run(string(q)+"/LostThenPastTimeoutIsNoTimeout", func(t *testing.T) {
+			t.Parallel()
+			b := setupTracing(t, q)
+			const timeout = 20 * time.Millisecond
+			batch, spans := b.loseBatch(t, processor.Options{HandlerTimeout: timeout}, func(_ context.Context, leases []leasing.Lease) []error {
+				time.Sleep(10 * timeout) // a handler that ignores ctx, returning past HandlerTimeout
+				return repeat(len(leases), nil)
+			})
+			_, marked := batch.Attributes["error.type"]
+			require.False(t, marked, "no lease was timed out, so the call was not")
+			require.Empty(t, batch.Events)
+			require.Equal(t, codes.Unset, batch.Status)
+			for _, s := range spans {
+				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 			}
 		})
 

@@ -227,8 +227,9 @@
 //     link to each lease's process span, the link carrying
 //     messaging.message.id. It ends when the call returns, status error
 //     with error.type panic, batch_length or timeout (a "handler timed
-//     out" event) when the whole call failed; one lease's error is on
-//     that lease's span only. The conventions let a batch's process span
+//     out" event; only when the timeout failed a lease still held, not
+//     when all were lost first) when the whole call failed; one lease's
+//     error is on that lease's span only. The conventions let a batch's process span
 //     link to each message's creation context; the lease spans hold
 //     those links, so the call's span links to them: one link per lease
 //     (an SDK keeps 128 a span by default), and the consumer spans
