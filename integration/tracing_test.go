@@ -313,6 +313,29 @@ func TestTracingEnqueueInCallerTransaction(t *testing.T) {
 	}
 }
 
+// TestTracingEscapedHeaderKey checks that both stores read a caller's
+// traceparent whose key is written with an escape: PostgreSQL's jsonb
+// stores it decoded, Memory keeps the bytes as given.
+func TestTracingEscapedHeaderKey(t *testing.T) {
+	t.Parallel()
+	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for _, kind := range []string{"Postgres", "Memory"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := traceSetup(t, leasing.Inbox, kind)
+			ctx := context.Background()
+			res, err := b.store.Enqueue(ctx, b.message("relayed", `{"trace\u0070arent": "`+own+`"}`))
+			require.NoError(t, err)
+			require.Equal(t, map[string]any{"traceparent": own}, b.headers(t, res.IDs[0]), "the caller's context is kept")
+			row, err := b.store.Get(ctx, res.IDs[0])
+			require.NoError(t, err)
+			sc := row.SpanContext()
+			require.True(t, sc.IsValid(), kind)
+			require.Equal(t, own, traceparent(sc))
+		})
+	}
+}
+
 // TestTracingOff checks that stores without a TracerProvider store no
 // trace context, also when the caller's context carries a span.
 func TestTracingOff(t *testing.T) {

@@ -38,21 +38,39 @@ var traceContext = propagation.TraceContext{}
 // SpanContext returns the trace context the message was enqueued under,
 // read from its traceparent and tracestate headers (HeaderTraceParent),
 // marked remote; an invalid SpanContext (IsValid false) when the headers
-// hold none or an unparsable one. A consumer links its spans to it: the
-// processor's process span of the message does.
+// hold none or an unparsable one. The headers are decoded as JSON, so a
+// key written with escapes ("trace\u0070arent") is found, in Memory's
+// stored bytes as in PostgreSQL's normalised jsonb. A consumer links its
+// spans to it: the processor's process span of the message does.
 func (m Message) SpanContext() trace.SpanContext {
-	if !bytes.Contains(m.Headers, []byte(HeaderTraceParent)) {
-		return trace.SpanContext{}
-	}
-	var h map[string]any
-	if json.Unmarshal(m.Headers, &h) != nil {
-		return trace.SpanContext{}
+	return headerSpanContext(traceCarrier(m.Headers))
+}
+
+// traceKeys are the trace headers, in the order they are written.
+var traceKeys = [...]string{HeaderTraceParent, HeaderTraceState}
+
+// traceCarrier returns the trace headers of headers, a JSON object, that
+// hold a string; none when headers is not an object.
+func traceCarrier(headers json.RawMessage) propagation.MapCarrier {
+	var h map[string]json.RawMessage
+	if json.Unmarshal(headers, &h) != nil {
+		return nil
 	}
 	carrier := propagation.MapCarrier{}
-	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
-		if s, ok := h[k].(string); ok {
+	for _, k := range traceKeys {
+		var s string
+		if v := bytes.TrimSpace(h[k]); len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
 			carrier[k] = s
 		}
+	}
+	return carrier
+}
+
+// headerSpanContext returns the remote span context carrier names, invalid
+// when it names none.
+func headerSpanContext(carrier propagation.MapCarrier) trace.SpanContext {
+	if carrier[HeaderTraceParent] == "" {
+		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
 }

@@ -104,9 +104,27 @@ func TestEnqueueTraceContext(t *testing.T) {
 		})
 	}
 
+	t.Run("SpanContextOfEscapedKey", func(t *testing.T) {
+		t.Parallel()
+		// Memory keeps the caller's header bytes; PostgreSQL's jsonb
+		// decodes the escape (integration: TestTracingEscapedHeaderKey).
+		// Both read the same context.
+		mem, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
+		require.NoError(t, err)
+		ctx := context.Background()
+		res, err := mem.Enqueue(ctx, leasing.NewMessage{Headers: json.RawMessage(`{"trace\u0070arent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)})
+		require.NoError(t, err)
+		row, err := mem.Get(ctx, res.IDs[0])
+		require.NoError(t, err)
+		sc := row.SpanContext()
+		require.True(t, sc.IsValid())
+		require.Equal(t, "0af7651916cd43dd8448eb211c80319c", sc.TraceID().String())
+		require.Equal(t, "b7ad6b7169203331", sc.SpanID().String())
+	})
+
 	t.Run("SpanContextOfBadHeaders", func(t *testing.T) {
 		t.Parallel()
-		for _, h := range []string{`{}`, `{"traceparent": 1}`, `{"traceparent": "00-zz-yy-01"}`, `{"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"}`, `[1]`} {
+		for _, h := range []string{`{}`, `{"traceparent": 1}`, `{"traceparent": null}`, `{"traceparent": ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]}`, `{"traceparent": "00-zz-yy-01"}`, `{"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"}`, `[1]`} {
 			require.False(t, leasing.Message{Headers: json.RawMessage(h)}.SpanContext().IsValid(), h)
 		}
 	})
