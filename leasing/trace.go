@@ -91,9 +91,10 @@ func newTracing(tp trace.TracerProvider) tracing {
 // send starts the send span of an enqueue of msgs (validated) on queue q,
 // a child of ctx's span, and returns msgs with the span's trace context in
 // their headers. A message whose headers already hold a traceparent or a
-// tracestate keeps its headers unchanged: a caller that sets them on
-// purpose (a relay forwarding a producer's context) is not overwritten,
-// and no key appears twice. Without tracing it
+// tracestate as a string keeps its headers unchanged: a caller that sets
+// them on purpose (a relay forwarding a producer's context) is not
+// overwritten, and no key appears twice; one whose trace key holds another
+// value (null, a number) gets it replaced (withTraceHeaders). Without tracing it
 // returns ctx, a no-op span and msgs as they are.
 func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.Context, trace.Span, []NewMessage) {
 	if t.tracer == nil {
@@ -123,9 +124,11 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 }
 
 // withTraceHeaders returns headers, a JSON object, with the carrier's
-// traceparent and tracestate added, or unchanged when it holds either
-// already. The caller's bytes are kept as they are, the keys
-// appended.
+// traceparent and tracestate added, or unchanged when it holds either as a
+// string already (traceCarrier). A trace key holding anything else (null,
+// a number) names no context and would hide the added one, so it is
+// replaced: the object is then written anew (encoding/json, keys sorted).
+// Otherwise the caller's bytes are kept as they are, the keys appended.
 func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) json.RawMessage {
 	headers = bytes.TrimSpace(headers)
 	empty := bytes.Equal(headers, []byte("{}"))
@@ -134,16 +137,24 @@ func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) j
 		if json.Unmarshal(headers, &h) != nil {
 			return headers // validated as an object: not reached
 		}
-		for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+		if len(traceCarrier(headers)) > 0 {
+			return headers
+		}
+		replace := false
+		for _, k := range traceKeys {
 			if _, ok := h[k]; ok {
-				return headers
+				delete(h, k)
+				replace = true
 			}
+		}
+		if replace {
+			headers, _ = json.Marshal(h) // raw JSON values: cannot fail
 		}
 		empty = len(h) == 0
 	}
 	out := make([]byte, 0, len(headers)+100)
 	out = append(out, headers[:len(headers)-1]...) // without the closing brace
-	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+	for _, k := range traceKeys {
 		v := carrier[k]
 		if v == "" {
 			continue

@@ -92,6 +92,11 @@ func TestEnqueueTraceContext(t *testing.T) {
 				"a caller's own traceparent is not overwritten, and no tracestate is added beside it")
 			own = `{"tracestate": "vendor=mine"}`
 			require.Equal(t, map[string]any{"tracestate": "vendor=mine"}, traceHeaders(t, ctx, mem, msg(own)), "nor a tracestate")
+			for _, bad := range []string{`{"traceparent": null, "x": "y"}`, `{"x": "y", "traceparent": 7, "tracestate": {"a": 1}}`} {
+				require.Equal(t, map[string]any{"traceparent": traceparent(caller), "tracestate": "vendor=opaque", "x": "y"}, traceHeaders(t, ctx, mem, msg(bad)),
+					"a trace key that holds no string is replaced: %s", bad)
+			}
+			require.Equal(t, map[string]any{"traceparent": traceparent(caller), "tracestate": "vendor=opaque"}, traceHeaders(t, ctx, mem, msg(`{"traceparent": null}`)))
 		})
 
 		t.Run(string(q)+"/OffStoresNothing", func(t *testing.T) {
