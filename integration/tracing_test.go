@@ -315,7 +315,8 @@ func TestTracingEnqueueInCallerTransaction(t *testing.T) {
 
 // TestTracingEscapedHeaderKey checks that both stores read a caller's
 // traceparent whose key is written with an escape: PostgreSQL's jsonb
-// stores it decoded, Memory keeps the bytes as given.
+// stores it decoded, Memory keeps the bytes as given. The send span links
+// to that carried context.
 func TestTracingEscapedHeaderKey(t *testing.T) {
 	t.Parallel()
 	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -332,6 +333,9 @@ func TestTracingEscapedHeaderKey(t *testing.T) {
 			sc := row.SpanContext()
 			require.True(t, sc.IsValid(), kind)
 			require.Equal(t, own, traceparent(sc))
+			sends := b.spans("send " + string(leasing.Inbox))
+			require.Len(t, sends, 1)
+			requireLinkedTo(t, sends[0], sc)
 		})
 	}
 }

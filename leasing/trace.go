@@ -93,8 +93,10 @@ func newTracing(tp trace.TracerProvider) tracing {
 // their headers. A message whose headers already hold a traceparent or a
 // tracestate as a string keeps its headers unchanged: a caller that sets
 // them on purpose (a relay forwarding a producer's context) is not
-// overwritten, and no key appears twice; one whose trace key holds another
-// value (null, a number) gets it replaced (withTraceHeaders). Without tracing it
+// overwritten, and no key appears twice; the span links to the context
+// such a message carries (carriedLinks, at most MaxSendLinks), as the
+// messaging conventions ask of a publish span. One whose trace key holds
+// another value (null, a number) gets it replaced (withTraceHeaders). Without tracing it
 // returns ctx, a no-op span and msgs as they are.
 func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.Context, trace.Span, []NewMessage) {
 	if t.tracer == nil {
@@ -111,7 +113,9 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 	} else {
 		attrs = append(attrs, attribute.Int("messaging.batch.message_count", len(msgs)))
 	}
-	ctx, span := t.tracer.Start(ctx, "send "+string(q), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	links := carriedLinks(msgs)
+	ctx, span := t.tracer.Start(ctx, "send "+string(q), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	carrier := propagation.MapCarrier{}
 	traceContext.Inject(ctx, carrier)
 	if carrier[HeaderTraceParent] == "" {
@@ -121,6 +125,46 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 		msgs[i].Headers = withTraceHeaders(msgs[i].Headers, carrier)
 	}
 	return ctx, span, msgs
+}
+
+// MaxSendLinks is the most links a send span gets to the trace contexts
+// its messages carry already (a relay forwarding producers' contexts):
+// one per distinct context, in message order, up to 128, the default
+// span link limit of the OpenTelemetry SDK, so that an EnqueueCopy of
+// 10,000 relayed rows does not build 10,000 links; the contexts past it
+// are kept in their messages' headers but not linked.
+const MaxSendLinks = 128
+
+// carriedLinks returns the links of a send span of msgs to the valid trace
+// contexts their headers hold already, one per distinct context, at most
+// MaxSendLinks.
+func carriedLinks(msgs []NewMessage) []trace.Link {
+	var (
+		links []trace.Link
+		seen  map[[24]byte]bool
+	)
+	for _, m := range msgs {
+		if len(links) == MaxSendLinks {
+			break
+		}
+		sc := headerSpanContext(traceCarrier(m.Headers))
+		if !sc.IsValid() {
+			continue
+		}
+		var key [24]byte
+		tid, sid := sc.TraceID(), sc.SpanID()
+		copy(key[:16], tid[:])
+		copy(key[16:], sid[:])
+		if seen[key] {
+			continue
+		}
+		if seen == nil {
+			seen = map[[24]byte]bool{}
+		}
+		seen[key] = true
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	return links
 }
 
 // withTraceHeaders returns headers, a JSON object, with the carrier's

@@ -99,6 +99,44 @@ func TestEnqueueTraceContext(t *testing.T) {
 			require.Equal(t, map[string]any{"traceparent": traceparent(caller), "tracestate": "vendor=opaque"}, traceHeaders(t, ctx, mem, msg(`{"traceparent": null}`)))
 		})
 
+		t.Run(string(q)+"/SendLinksToCarriedContexts", func(t *testing.T) {
+			t.Parallel()
+			tp := spantest.NewProvider()
+			mem, err := leasing.NewMemory(q, leasing.MemoryOptions{TracerProvider: tp})
+			require.NoError(t, err)
+			carried := func(i int) trace.SpanContext {
+				return trace.NewSpanContext(trace.SpanContextConfig{
+					TraceID: trace.TraceID{9, byte(i >> 8), byte(i)}, SpanID: trace.SpanID{7, byte(i >> 8), byte(i)}, TraceFlags: trace.FlagsSampled,
+				})
+			}
+			relayed := func(i int) leasing.NewMessage {
+				return msg(fmt.Sprintf(`{"traceparent": %q}`, traceparent(carried(i))))
+			}
+			// Two messages of one context, one of another, one without.
+			_, err = mem.Enqueue(context.Background(), relayed(1), relayed(1), msg(""), relayed(2))
+			require.NoError(t, err)
+			sends := tp.Named("send " + string(q))
+			require.Len(t, sends, 1)
+			var linked []trace.SpanContext
+			for _, l := range sends[0].Links {
+				linked = append(linked, l.SpanContext)
+			}
+			require.Equal(t, []trace.SpanContext{carried(1).WithRemote(true), carried(2).WithRemote(true)}, linked,
+				"one link per distinct carried context, in message order")
+
+			// A large relayed batch: links are capped.
+			batch := make([]leasing.NewMessage, 2*leasing.MaxSendLinks)
+			for i := range batch {
+				batch[i] = relayed(i + 10)
+			}
+			_, err = mem.Enqueue(context.Background(), batch...)
+			require.NoError(t, err)
+			sends = tp.Named("send " + string(q))
+			require.Len(t, sends, 2)
+			require.Len(t, sends[1].Links, leasing.MaxSendLinks)
+			require.Equal(t, carried(10).WithRemote(true), sends[1].Links[0].SpanContext)
+		})
+
 		t.Run(string(q)+"/OffStoresNothing", func(t *testing.T) {
 			t.Parallel()
 			mem, err := leasing.NewMemory(q, leasing.MemoryOptions{})

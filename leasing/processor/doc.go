@@ -184,7 +184,9 @@
 // EnqueueCopy starts a "send <queue>" span (kind producer, a child of the
 // caller's span) and stores its W3C trace context in each message's
 // headers, traceparent and tracestate; a message that has either header
-// already keeps its headers. leasing.Message.SpanContext reads it back.
+// (a string) already keeps its headers, and the send span links to the
+// context they carry (leasing.MaxSendLinks). leasing.Message.SpanContext
+// reads it back.
 // Spans follow the OpenTelemetry messaging conventions, with
 // messaging.system "leasestore", messaging.destination.name the queue and
 // messaging.client.id the processor's lease owner; the attributes of
