@@ -47,6 +47,7 @@ func TestEnqueueTraceContext(t *testing.T) {
 		t.Run(string(q)+"/SendSpanContextInHeaders", func(t *testing.T) {
 			t.Parallel()
 			tp := spantest.NewProvider()
+			t.Cleanup(func() { require.NoError(t, tp.Check()) })
 			mem, err := leasing.NewMemory(q, leasing.MemoryOptions{TracerProvider: tp})
 			require.NoError(t, err)
 			ctx := trace.ContextWithSpanContext(context.Background(), caller)
@@ -102,6 +103,7 @@ func TestEnqueueTraceContext(t *testing.T) {
 		t.Run(string(q)+"/SendLinksToCarriedContexts", func(t *testing.T) {
 			t.Parallel()
 			tp := spantest.NewProvider()
+			t.Cleanup(func() { require.NoError(t, tp.Check()) })
 			mem, err := leasing.NewMemory(q, leasing.MemoryOptions{TracerProvider: tp})
 			require.NoError(t, err)
 			carried := func(i int) trace.SpanContext {

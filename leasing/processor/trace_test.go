@@ -30,6 +30,8 @@ type traceBundle struct {
 func setupTracing(t *testing.T, q leasing.Queue) *traceBundle {
 	t.Helper()
 	b := &traceBundle{processorBundle: setupProcessor(t, q), tp: spantest.NewProvider()}
+	// Registered before the processor starts, so run after it stopped.
+	t.Cleanup(func() { require.NoError(t, b.tp.Check(), "every span started ends exactly once") })
 	mem, err := leasing.NewMemory(q, leasing.MemoryOptions{Now: b.clock.Now, TracerProvider: b.tp})
 	require.NoError(t, err)
 	b.mem = mem
