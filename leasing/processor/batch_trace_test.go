@@ -91,7 +91,7 @@ func (b *traceBundle) loseBatch(t *testing.T, opts processor.Options, after proc
 		<-ctx.Done() // every lease lost
 		return after(ctx, leases)
 	}, opts)
-	handlerSpan := <-started
+	handlerSpan := receive(t, started, "the call started")
 	b.clock.Advance(time.Minute) // past the leases: another worker reclaims both
 	require.Len(t, b.claimAsOther(t), 2)
 	waitFor(t, func() bool { return len(b.batchSpans()) == 1 }, "the call returned")
