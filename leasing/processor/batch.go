@@ -20,19 +20,25 @@ import (
 // leases holds 1..Options.BatchSize leases, in claim order: those one
 // claim returned, less any lost before the call started and any past
 // RetryPolicy.MaxAttempts (dead-lettered with ErrAttemptsExhausted without
-// a call). The slice is the handler's own; it must not keep the leases
-// past its return. The handler returns one outcome per lease, in the same
+// a call). The slice is a copy, the handler's to reorder or change; the
+// processor matches outcomes to leases by its own copy. The leases go
+// stale when the call returns: the processor writes their outcomes under
+// their Generation fence and stops renewing them, so the row has its
+// outcome, or is claimed again under a new generation, and a store call
+// made later with one of them changes nothing; keep the messages, not the
+// leases. The handler returns one outcome per lease, in the same
 // order: errs[i] nil writes leases[i] with the queue's success state, an
 // error writes it failed or dead_lettered per the RetryPolicy, as for a
 // Handler. A slice of any other length is a handler bug: every lease of
-// the call is then written failed (per the RetryPolicy) with an error
-// wrapping ErrBatchLength. A panic fails every lease of the call with the
+// the call is then written failed, or dead-lettered at MaxAttempts, with
+// an error wrapping ErrBatchLength. A panic fails every lease of the call with the
 // panic's text and stack.
 //
 // ctx is cancelled when the call runs past Options.HandlerTimeout
 // (context.Cause(ctx) is ErrHandlerTimeout by errors.Is; every lease of
-// the call is then written failed at once, and what the handler returns
-// later is not written), when the processor shuts down and ShutdownGrace
+// the call still held is then written failed, or dead-lettered at
+// MaxAttempts, at once, and what the handler returns later is not
+// written), when the processor shuts down and ShutdownGrace
 // has run out (cause ErrShutdown), or when every lease of the call was
 // lost (cause leasing.ErrLeaseLost). A lease lost while others are still
 // held does not cancel ctx: its outcome is simply not written (counted
