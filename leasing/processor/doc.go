@@ -249,6 +249,10 @@
 //     messaging.leasestore.write.rejected, a link to each attempt's
 //     process span.
 //
-// A sampler decides as usual: the process spans of a claim follow the
-// claim span's decision (their parent), not the producer's.
+// The processor's spans come from the tracer of instrumentation scope
+// TracerName, "github.com/leasestore/leasestore/leasing/processor"; the
+// stores' send spans from leasing.TracerName,
+// "github.com/leasestore/leasestore/leasing". Filter, sample or route them
+// by scope. A sampler decides as usual: the process spans of a claim
+// follow the claim span's decision (their parent), not the producer's.
 package processor

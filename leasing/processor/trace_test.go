@@ -3,7 +3,9 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasestore/leasestore/internal/spantest"
 	"github.com/leasestore/leasestore/leasing"
@@ -300,4 +303,38 @@ func TestProcessorTracing(t *testing.T) {
 // the word of its success counter.
 func successOutcome(q leasing.Queue) string {
 	return strings.TrimPrefix(processor.SucceededCounter(q), "processor.")
+}
+
+// TestTracerName checks that the processor's spans come from the tracer
+// its documentation names, so that users can filter by scope.
+func TestTracerName(t *testing.T) {
+	t.Parallel()
+	tp := &scopeRecorder{TracerProvider: noop.NewTracerProvider()}
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 1)
+	r := b.start(t, b.mem, func(context.Context, leasing.Lease) error { return nil }, processor.Options{TracerProvider: tp})
+	require.NoError(t, r.stop(t))
+	require.Equal(t, []string{processor.TracerName}, tp.names())
+	require.Equal(t, "github.com/leasestore/leasestore/leasing/processor", processor.TracerName)
+}
+
+// scopeRecorder is a TracerProvider that records the names of the tracers
+// asked of it.
+type scopeRecorder struct {
+	trace.TracerProvider
+	mu    sync.Mutex
+	asked []string
+}
+
+func (s *scopeRecorder) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	s.mu.Lock()
+	s.asked = append(s.asked, name)
+	s.mu.Unlock()
+	return s.TracerProvider.Tracer(name, opts...)
+}
+
+func (s *scopeRecorder) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Compact(slices.Clone(s.asked))
 }
