@@ -215,7 +215,7 @@ func testTracing(t *testing.T, b *traceBundle) {
 		a := traceAttrs(s)
 		require.Equal(t, "receive", a["messaging.operation.type"].AsString())
 		require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
-		require.Equal(t, int64(processor.DefaultBatchSize), a["leasestore.claim.batch_size"].AsInt64())
+		require.Equal(t, int64(processor.DefaultBatchSize), a["messaging.leasestore.claim.batch_size"].AsInt64())
 		require.Len(t, s.Links(), int(a["messaging.batch.message_count"].AsInt64()), "a link per lease")
 		require.Positive(t, a["messaging.batch.message_count"].AsInt64(), "no span for a claim that found nothing")
 	}
@@ -234,21 +234,21 @@ func testTracing(t *testing.T, b *traceBundle) {
 			_, found = handlers[s.SpanContext().SpanID()]
 			require.True(t, found, "the handler's context carries the process span")
 			a := traceAttrs(s)
-			require.Equal(t, int64(i+1), a["leasestore.attempt"].AsInt64())
-			require.Equal(t, int64(i+1), a["leasestore.lease.generation"].AsInt64())
-			require.Equal(t, "acme", a["leasestore.tenant_id"].AsString())
+			require.Equal(t, int64(i+1), a["messaging.leasestore.attempt"].AsInt64())
+			require.Equal(t, int64(i+1), a["messaging.leasestore.lease.generation"].AsInt64())
+			require.Equal(t, "acme", a["messaging.leasestore.tenant_id"].AsString())
 			require.Equal(t, "process", a["messaging.operation.type"].AsString())
 			require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
 			if q == leasing.Outbox {
-				require.Equal(t, "orders", a["leasestore.topic"].AsString())
+				require.Equal(t, "orders", a["messaging.leasestore.topic"].AsString())
 			}
 			if i == len(spans)-1 {
-				require.Equal(t, "succeeded", a["leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
-				require.Equal(t, "applied", a["leasestore.write.outcome"].AsString())
+				require.Equal(t, successOutcome(q), a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 				continue
 			}
-			require.Equal(t, "failed", a["leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+			require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
 			require.Equal(t, codes.Error, s.Status().Code)
 			want := map[uuid.UUID]string{flaky: "handler_error", panics: "panic"}[id]
 			require.Equal(t, want, a["error.type"].AsString())
@@ -281,7 +281,7 @@ func testTracing(t *testing.T, b *traceBundle) {
 			continue
 		}
 		a := traceAttrs(s)
-		require.Equal(t, a["messaging.batch.message_count"].AsInt64(), a["leasestore.renew.renewed"].AsInt64()+a["leasestore.renew.lost"].AsInt64())
+		require.Equal(t, a["messaging.batch.message_count"].AsInt64(), a["messaging.leasestore.renew.renewed"].AsInt64()+a["messaging.leasestore.renew.lost"].AsInt64())
 	}
 }
 
@@ -309,6 +309,33 @@ func TestTracingEnqueueInCallerTransaction(t *testing.T) {
 			require.Len(t, sends, 2)
 			require.Equal(t, traceparent(sends[0].SpanContext()), b.headers(t, ids[0])["traceparent"])
 			require.Equal(t, map[string]any{"k": "v", "traceparent": traceparent(sends[1].SpanContext())}, b.headers(t, ids[1]))
+		})
+	}
+}
+
+// TestTracingEscapedHeaderKey checks that both stores read a caller's
+// traceparent whose key is written with an escape: PostgreSQL's jsonb
+// stores it decoded, Memory keeps the bytes as given. The send span links
+// to that carried context.
+func TestTracingEscapedHeaderKey(t *testing.T) {
+	t.Parallel()
+	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for _, kind := range []string{"Postgres", "Memory"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := traceSetup(t, leasing.Inbox, kind)
+			ctx := context.Background()
+			res, err := b.store.Enqueue(ctx, b.message("relayed", `{"trace\u0070arent": "`+own+`"}`))
+			require.NoError(t, err)
+			require.Equal(t, map[string]any{"traceparent": own}, b.headers(t, res.IDs[0]), "the caller's context is kept")
+			row, err := b.store.Get(ctx, res.IDs[0])
+			require.NoError(t, err)
+			sc := row.SpanContext()
+			require.True(t, sc.IsValid(), kind)
+			require.Equal(t, own, traceparent(sc))
+			sends := b.spans("send " + string(leasing.Inbox))
+			require.Len(t, sends, 1)
+			requireLinkedTo(t, sends[0], sc)
 		})
 	}
 }
@@ -409,7 +436,7 @@ func TestTracingBatch(t *testing.T) {
 			require.Equal(t, claim.SpanID(), batch.Parent().SpanID())
 			a := traceAttrs(batch)
 			require.Equal(t, int64(3), a["messaging.batch.message_count"].AsInt64())
-			require.Equal(t, int64(1), a["leasestore.batch.failed"].AsInt64())
+			require.Equal(t, int64(1), a["messaging.leasestore.batch.failed"].AsInt64())
 			require.Equal(t, codes.Unset, batch.Status().Code)
 			require.Len(t, batch.Links(), 3)
 			links := map[trace.SpanID]sdktrace.Link{}
@@ -426,15 +453,15 @@ func TestTracingBatch(t *testing.T) {
 				require.Equal(t, []attribute.KeyValue{attribute.String("messaging.message.id", id.String())}, l.Attributes)
 				a := traceAttrs(s)
 				require.Equal(t, p.Owner(), a["messaging.client.id"].AsString())
-				require.Equal(t, int64(1), a["leasestore.attempt"].AsInt64())
-				require.Equal(t, "applied", a["leasestore.write.outcome"].AsString())
+				require.Equal(t, int64(1), a["messaging.leasestore.attempt"].AsInt64())
+				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				if i == 1 {
-					require.Equal(t, "failed", a["leasestore.outcome"].AsString())
+					require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString())
 					require.Equal(t, "handler_error", a["error.type"].AsString())
 					require.Equal(t, codes.Error, s.Status().Code)
 					continue
 				}
-				require.Equal(t, "succeeded", a["leasestore.outcome"].AsString())
+				require.Equal(t, successOutcome(q), a["messaging.leasestore.outcome"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 			}
 			completes := b.spans("complete " + string(q))
@@ -442,4 +469,10 @@ func TestTracingBatch(t *testing.T) {
 			require.Len(t, completes[0].Links(), 2)
 		})
 	}
+}
+
+// successOutcome is the messaging.leasestore.outcome of a success on q:
+// the word of its success counter.
+func successOutcome(q leasing.Queue) string {
+	return strings.TrimPrefix(processor.SucceededCounter(q), "processor.")
 }

@@ -62,8 +62,10 @@ type PostgresOptions struct {
 	// child of the span in their context, and store its W3C trace context
 	// in every message's headers (HeaderTraceParent, HeaderTraceState),
 	// where the processor's process span links to it. A message whose
-	// headers hold a traceparent or tracestate already keeps its headers
-	// as they are. The span ends when the call returns, so for EnqueueTx
+	// headers hold a traceparent or tracestate string already keeps its
+	// headers as they are, and the send span links to the context they
+	// name (at most MaxSendLinks distinct contexts a call); a trace key
+	// holding anything else (null, a number) is replaced. The span ends when the call returns, so for EnqueueTx
 	// and EnqueueCopy before the caller's transaction commits or rolls
 	// back. nil, the default, starts no span and adds no header.
 	// MemoryOptions.TracerProvider is the same for Memory.

@@ -38,21 +38,39 @@ var traceContext = propagation.TraceContext{}
 // SpanContext returns the trace context the message was enqueued under,
 // read from its traceparent and tracestate headers (HeaderTraceParent),
 // marked remote; an invalid SpanContext (IsValid false) when the headers
-// hold none or an unparsable one. A consumer links its spans to it: the
-// processor's process span of the message does.
+// hold none or an unparsable one. The headers are decoded as JSON, so a
+// key written with escapes ("trace\u0070arent") is found, in Memory's
+// stored bytes as in PostgreSQL's normalised jsonb. A consumer links its
+// spans to it: the processor's process span of the message does.
 func (m Message) SpanContext() trace.SpanContext {
-	if !bytes.Contains(m.Headers, []byte(HeaderTraceParent)) {
-		return trace.SpanContext{}
-	}
-	var h map[string]any
-	if json.Unmarshal(m.Headers, &h) != nil {
-		return trace.SpanContext{}
+	return headerSpanContext(traceCarrier(m.Headers))
+}
+
+// traceKeys are the trace headers, in the order they are written.
+var traceKeys = [...]string{HeaderTraceParent, HeaderTraceState}
+
+// traceCarrier returns the trace headers of headers, a JSON object, that
+// hold a string; none when headers is not an object.
+func traceCarrier(headers json.RawMessage) propagation.MapCarrier {
+	var h map[string]json.RawMessage
+	if json.Unmarshal(headers, &h) != nil {
+		return nil
 	}
 	carrier := propagation.MapCarrier{}
-	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
-		if s, ok := h[k].(string); ok {
+	for _, k := range traceKeys {
+		var s string
+		if v := bytes.TrimSpace(h[k]); len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
 			carrier[k] = s
 		}
+	}
+	return carrier
+}
+
+// headerSpanContext returns the remote span context carrier names, invalid
+// when it names none.
+func headerSpanContext(carrier propagation.MapCarrier) trace.SpanContext {
+	if carrier[HeaderTraceParent] == "" {
+		return trace.SpanContext{}
 	}
 	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
 }
@@ -73,9 +91,12 @@ func newTracing(tp trace.TracerProvider) tracing {
 // send starts the send span of an enqueue of msgs (validated) on queue q,
 // a child of ctx's span, and returns msgs with the span's trace context in
 // their headers. A message whose headers already hold a traceparent or a
-// tracestate keeps its headers unchanged: a caller that sets them on
-// purpose (a relay forwarding a producer's context) is not overwritten,
-// and no key appears twice. Without tracing it
+// tracestate as a string keeps its headers unchanged: a caller that sets
+// them on purpose (a relay forwarding a producer's context) is not
+// overwritten, and no key appears twice; the span links to the context
+// such a message carries (carriedLinks, at most MaxSendLinks), as the
+// messaging conventions ask of a publish span. One whose trace key holds
+// another value (null, a number) gets it replaced (withTraceHeaders). Without tracing it
 // returns ctx, a no-op span and msgs as they are.
 func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.Context, trace.Span, []NewMessage) {
 	if t.tracer == nil {
@@ -92,7 +113,9 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 	} else {
 		attrs = append(attrs, attribute.Int("messaging.batch.message_count", len(msgs)))
 	}
-	ctx, span := t.tracer.Start(ctx, "send "+string(q), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	links := carriedLinks(msgs)
+	ctx, span := t.tracer.Start(ctx, "send "+string(q), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	carrier := propagation.MapCarrier{}
 	traceContext.Inject(ctx, carrier)
 	if carrier[HeaderTraceParent] == "" {
@@ -104,10 +127,52 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 	return ctx, span, msgs
 }
 
+// MaxSendLinks is the most links a send span gets to the trace contexts
+// its messages carry already (a relay forwarding producers' contexts):
+// one per distinct context, in message order, up to 128, the default
+// span link limit of the OpenTelemetry SDK, so that an EnqueueCopy of
+// 10,000 relayed rows does not build 10,000 links; the contexts past it
+// are kept in their messages' headers but not linked.
+const MaxSendLinks = 128
+
+// carriedLinks returns the links of a send span of msgs to the valid trace
+// contexts their headers hold already, one per distinct context, at most
+// MaxSendLinks.
+func carriedLinks(msgs []NewMessage) []trace.Link {
+	var (
+		links []trace.Link
+		seen  map[[24]byte]bool
+	)
+	for _, m := range msgs {
+		if len(links) == MaxSendLinks {
+			break
+		}
+		sc := headerSpanContext(traceCarrier(m.Headers))
+		if !sc.IsValid() {
+			continue
+		}
+		var key [24]byte
+		tid, sid := sc.TraceID(), sc.SpanID()
+		copy(key[:16], tid[:])
+		copy(key[16:], sid[:])
+		if seen[key] {
+			continue
+		}
+		if seen == nil {
+			seen = map[[24]byte]bool{}
+		}
+		seen[key] = true
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	return links
+}
+
 // withTraceHeaders returns headers, a JSON object, with the carrier's
-// traceparent and tracestate added, or unchanged when it holds either
-// already. The caller's bytes are kept as they are, the keys
-// appended.
+// traceparent and tracestate added, or unchanged when it holds either as a
+// string already (traceCarrier). A trace key holding anything else (null,
+// a number) names no context and would hide the added one, so it is
+// replaced: the object is then written anew (encoding/json, keys sorted).
+// Otherwise the caller's bytes are kept as they are, the keys appended.
 func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) json.RawMessage {
 	headers = bytes.TrimSpace(headers)
 	empty := bytes.Equal(headers, []byte("{}"))
@@ -116,16 +181,24 @@ func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) j
 		if json.Unmarshal(headers, &h) != nil {
 			return headers // validated as an object: not reached
 		}
-		for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+		if len(traceCarrier(headers)) > 0 {
+			return headers
+		}
+		replace := false
+		for _, k := range traceKeys {
 			if _, ok := h[k]; ok {
-				return headers
+				delete(h, k)
+				replace = true
 			}
+		}
+		if replace {
+			headers, _ = json.Marshal(h) // raw JSON values: cannot fail
 		}
 		empty = len(h) == 0
 	}
 	out := make([]byte, 0, len(headers)+100)
 	out = append(out, headers[:len(headers)-1]...) // without the closing brace
-	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+	for _, k := range traceKeys {
 		v := carrier[k]
 		if v == "" {
 			continue
@@ -149,7 +222,7 @@ func endSend(span trace.Span, duplicates int, err error) {
 		return
 	}
 	if duplicates > 0 {
-		span.SetAttributes(attribute.Int("leasestore.duplicates", duplicates))
+		span.SetAttributes(attribute.Int("messaging.leasestore.duplicates", duplicates))
 	}
 	if err != nil {
 		span.RecordError(err)

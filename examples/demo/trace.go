@@ -119,8 +119,8 @@ func printSpanTrees(out io.Writer, spans []sdktrace.ReadOnlySpan) {
 		}
 	}
 	for _, s := range spans {
-		if a := s.Attributes(); slices.ContainsFunc(a, func(kv attribute.KeyValue) bool { return kv.Key == "leasestore.attempt" }) {
-			names[s.SpanContext().SpanID()] += fmt.Sprintf(" #%d", attrValue(a, "leasestore.attempt").AsInt64())
+		if a := s.Attributes(); slices.ContainsFunc(a, func(kv attribute.KeyValue) bool { return kv.Key == "messaging.leasestore.attempt" }) {
+			names[s.SpanContext().SpanID()] += fmt.Sprintf(" #%d", attrValue(a, "messaging.leasestore.attempt").AsInt64())
 		}
 	}
 	var walk func(s sdktrace.ReadOnlySpan, depth int)
@@ -140,10 +140,10 @@ func printSpanTrees(out io.Writer, spans []sdktrace.ReadOnlySpan) {
 // spanDetail returns the attributes worth showing of s and its links.
 func spanDetail(s sdktrace.ReadOnlySpan, names map[trace.SpanID]string) string {
 	var parts []string
-	for _, key := range []attribute.Key{"leasestore.attempt", "leasestore.lease.generation", "messaging.batch.message_count",
-		"leasestore.outcome", "error.type", "leasestore.write.outcome", "leasestore.renew.renewed"} {
+	for _, key := range []attribute.Key{"messaging.leasestore.attempt", "messaging.leasestore.lease.generation", "messaging.batch.message_count",
+		"messaging.leasestore.outcome", "error.type", "messaging.leasestore.write.outcome", "messaging.leasestore.renew.renewed"} {
 		if v := attrValue(s.Attributes(), key); v.Type() != attribute.INVALID {
-			short := strings.TrimPrefix(strings.TrimPrefix(string(key), "leasestore."), "messaging.batch.")
+			short := strings.TrimPrefix(strings.TrimPrefix(string(key), "messaging.leasestore."), "messaging.batch.")
 			parts = append(parts, short+"="+v.Emit())
 		}
 	}

@@ -6,12 +6,15 @@
 // tracetest.SpanRecorder.
 //
 // A Provider gives every span a valid, sampled span context: the trace id
-// of its parent (a new one for a root), a new span id.
+// of its parent (a new one for a root), a new span id. It keeps every span
+// started, so that Check can tell a span never ended, or ended twice.
 package spantest
 
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -26,9 +29,10 @@ import (
 type Provider struct {
 	embedded.TracerProvider
 
-	mu    sync.Mutex
-	next  uint64
-	ended []Span
+	mu      sync.Mutex
+	next    uint64
+	started []*span // in start order
+	ended   []Span
 }
 
 // NewProvider returns an empty Provider.
@@ -54,6 +58,28 @@ func (p *Provider) Named(name string) []Span {
 		}
 	}
 	return out
+}
+
+// Check returns an error naming every span started so far that has not
+// ended, or that ended more than once; nil when each ended exactly once.
+// Call it once the code under test has stopped (t.Cleanup).
+func (p *Provider) Check() error {
+	p.mu.Lock()
+	started := append([]*span(nil), p.started...)
+	p.mu.Unlock()
+	var problems []string
+	for _, s := range started {
+		s.mu.Lock()
+		name, ends := s.data.Name, s.ends
+		s.mu.Unlock()
+		if ends != 1 {
+			problems = append(problems, fmt.Sprintf("%q ended %d times", name, ends))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("spantest: %d of %d spans not ended exactly once: %s", len(problems), len(started), strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 func (p *Provider) id() uint64 {
@@ -101,6 +127,9 @@ func (t tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartO
 		Links:       append([]trace.Link(nil), cfg.Links()...),
 	}}
 	s.SetAttributes(cfg.Attributes()...)
+	t.p.mu.Lock()
+	t.p.started = append(t.p.started, s)
+	t.p.mu.Unlock()
 	return trace.ContextWithSpan(ctx, s), s
 }
 
@@ -111,11 +140,15 @@ type span struct {
 	mu    sync.Mutex
 	data  Span
 	ended bool
+	ends  int // End calls; Check wants exactly one
 }
 
+// End records the span as of its first End; a later End changes nothing
+// but is counted, for Check.
 func (s *span) End(...trace.SpanEndOption) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ends++
 	if s.ended {
 		return
 	}

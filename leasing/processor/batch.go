@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -23,19 +20,25 @@ import (
 // leases holds 1..Options.BatchSize leases, in claim order: those one
 // claim returned, less any lost before the call started and any past
 // RetryPolicy.MaxAttempts (dead-lettered with ErrAttemptsExhausted without
-// a call). The slice is the handler's own; it must not keep the leases
-// past its return. The handler returns one outcome per lease, in the same
+// a call). The slice is a copy, the handler's to reorder or change; the
+// processor matches outcomes to leases by its own copy. The leases go
+// stale when the call returns: the processor writes their outcomes under
+// their Generation fence and stops renewing them, so the row has its
+// outcome, or is claimed again under a new generation, and a store call
+// made later with one of them changes nothing; keep the messages, not the
+// leases. The handler returns one outcome per lease, in the same
 // order: errs[i] nil writes leases[i] with the queue's success state, an
 // error writes it failed or dead_lettered per the RetryPolicy, as for a
 // Handler. A slice of any other length is a handler bug: every lease of
-// the call is then written failed (per the RetryPolicy) with an error
-// wrapping ErrBatchLength. A panic fails every lease of the call with the
+// the call is then written failed, or dead-lettered at MaxAttempts, with
+// an error wrapping ErrBatchLength. A panic fails every lease of the call with the
 // panic's text and stack.
 //
 // ctx is cancelled when the call runs past Options.HandlerTimeout
 // (context.Cause(ctx) is ErrHandlerTimeout by errors.Is; every lease of
-// the call is then written failed at once, and what the handler returns
-// later is not written), when the processor shuts down and ShutdownGrace
+// the call still held is then written failed, or dead-lettered at
+// MaxAttempts, at once, and what the handler returns later is not
+// written), when the processor shuts down and ShutdownGrace
 // has run out (cause ErrShutdown), or when every lease of the call was
 // lost (cause leasing.ErrLeaseLost). A lease lost while others are still
 // held does not cancel ctx: its outcome is simply not written (counted
@@ -92,10 +95,7 @@ var ErrBatchLength = errors.New("processor: batch handler returned the wrong num
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func NewBatch(store Store, handler BatchHandler, opts Options) (*Processor, error) {
-	if handler == nil {
-		return nil, argumentError("handler", "must not be nil")
-	}
-	return newProcessor(store, opts, func(p *Processor) { p.batch = handler })
+	return newProcessor(store, handler != nil, opts, func(p *Processor) { p.batch = handler })
 }
 
 // dispatchBatch starts a worker for each claim's waiting leases, up to
@@ -128,23 +128,21 @@ func (r *run) dispatchBatch() {
 // together.
 func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	policy := r.p.opts.RetryPolicy
-	var exhausted []pendingWrite
+	var dead []pendingWrite
 	keep := 0
 	for i, h := range hs {
 		l := leases[i]
 		_, h.span = r.p.tracer.startProcess(h.ctx, l) // before the timeout starts, and read after the outcome's submit
-		if policy.DeadLetters(l.Attempt - 1) {
-			exhausted = append(exhausted, r.batchOutcomes([]*heldLease{h}, []error{
-				fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, l.Attempt, policy.MaxAttempts),
-			})...)
+		if err := exhausted(policy, l); err != nil {
+			dead = append(dead, r.batchOutcomes([]*heldLease{h}, []error{err})...)
 			continue
 		}
 		hs[keep], leases[keep] = h, l
 		keep++
 	}
 	hs, leases = hs[:keep], leases[:keep]
-	if len(exhausted) > 0 {
-		r.w.submit(exhausted...)
+	if len(dead) > 0 {
+		r.w.submit(dead...)
 	}
 	if len(hs) == 0 {
 		return
@@ -154,7 +152,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
-	stopTimeout := r.startBatchTimeout(hs, span, cancel)
+	stopTimeout := r.startTimeout(hs, span, cancel)
 	errs := r.handleBatch(ctx, leases)
 	timedOut := stopTimeout()
 	stopWatch()
@@ -197,9 +195,7 @@ func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []e
 	defer r.p.metrics.observeHandler(time.Now(), &failed)
 	defer func() {
 		if v := recover(); v != nil {
-			stack := debug.Stack()
-			r.p.batchPanicked(leases, v, stack)
-			errs = repeatErr(len(leases), fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack))
+			errs = repeatErr(len(leases), r.panicked(leases, v))
 		}
 		for _, err := range errs {
 			if err != nil {
@@ -238,96 +234,11 @@ func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 	return pws
 }
 
-// startBatchTimeout starts the HandlerTimeout of the batch call over hs,
-// which has just started under span (its batch span, nil without
-// tracing), and returns the function that stops it once the call returned
-// and reports whether it fired: as for startTimeout, that function returns
-// only after a timeout that fired has handed its outcomes to the writer.
-func (r *run) startBatchTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (fired bool)) {
-	d := r.p.opts.HandlerTimeout
-	if d == NoHandlerTimeout {
-		return func() bool { return false }
-	}
-	fired := make(chan struct{})
-	t := time.AfterFunc(d, func() {
-		defer close(fired)
-		handlerTimedOutSpan(span, d)
-		r.timeOutBatch(hs, cancel)
-	})
-	return func() bool {
-		if t.Stop() {
-			return false
-		}
-		<-fired
-		return true
-	}
-}
-
-// timeOutBatch ends the attempts of the batch call over hs when it ran
-// past HandlerTimeout: the call's context is cancelled with an
-// ErrHandlerTimeout cause and the failures of every lease still held go to
-// the writer at once, in one submit, whether or not the call returns; as
-// for timeOut, what the call returns later is dropped by batchOutcomes.
-func (r *run) timeOutBatch(hs []*heldLease, cancel context.CancelCauseFunc) {
-	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
-	var (
-		timedOut []*heldLease
-		leases   []leasing.Lease
-		pws      []pendingWrite
-	)
-	for _, h := range hs {
-		lease, ok := r.book.timeOut(h)
-		if !ok {
-			continue
-		}
-		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
-		timedOut = append(timedOut, h)
-		leases = append(leases, lease)
-		pws = append(pws, r.outcome(h, lease, err))
-	}
-	cancel(err)
-	for _, h := range timedOut {
-		h.cancel(err)
-	}
-	if len(pws) > 0 {
-		r.p.batchTimedOut(leases)
-		r.w.submit(pws...)
-	}
-}
-
-// batchAttrs are the attributes of the leases of one batch call, then
-// extra.
-func batchAttrs(leases []leasing.Lease, extra ...slog.Attr) []slog.Attr {
-	ids := make([]string, len(leases))
-	for i, l := range leases {
-		ids[i] = l.Message.ID.String()
-	}
-	return append([]slog.Attr{slog.Int("count", len(leases)), slog.Any("message_ids", ids)}, extra...)
-}
-
-// batchPanicked logs a batch handler's panic with value v and stack
-// (error), once for the call.
-func (p *Processor) batchPanicked(leases []leasing.Lease, v any, stack []byte) {
-	if p.log.enabled(slog.LevelError) {
-		p.log.log(slog.LevelError, "handler panicked", batchAttrs(leases,
-			slog.String(LogKeyError, fmt.Sprint(v)), slog.String("stack", string(stack)))...)
-	}
-}
-
 // batchWrongLength logs a batch handler call that returned got outcomes
 // for leases (error: a handler bug; every lease is written failed).
 func (p *Processor) batchWrongLength(leases []leasing.Lease, got int) {
 	if p.log.enabled(slog.LevelError) {
 		p.log.log(slog.LevelError, "batch handler returned the wrong number of outcomes",
 			batchAttrs(leases, slog.Int("outcomes", got))...)
-	}
-}
-
-// batchTimedOut logs a batch handler call that ran past HandlerTimeout
-// (warn, once for the call: the attempts of leases are written as failed
-// or dead-lettered).
-func (p *Processor) batchTimedOut(leases []leasing.Lease) {
-	if p.log.enabled(slog.LevelWarn) {
-		p.log.log(slog.LevelWarn, "handler timed out", batchAttrs(leases, slog.Duration("timeout", p.opts.HandlerTimeout))...)
 	}
 }

@@ -156,11 +156,12 @@ func TestBatchProcessor(t *testing.T) {
 			opts    processor.Options
 			field   string
 		}{
-			"NilStore":        {nil, ok, processor.Options{}, "store"},
-			"NilHandler":      {mem, nil, processor.Options{}, "handler"},
-			"BatchTooLarge":   {mem, ok, processor.Options{BatchSize: leasing.MaxBatchSize + 1}, ""},
-			"NegativeBatch":   {mem, ok, processor.Options{BatchSize: -1}, ""},
-			"NegativeTimeout": {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
+			"NilStore":           {nil, ok, processor.Options{}, "store"},
+			"NilHandler":         {mem, nil, processor.Options{}, "handler"},
+			"NilStoreAndHandler": {nil, nil, processor.Options{}, "store"},
+			"BatchTooLarge":      {mem, ok, processor.Options{BatchSize: leasing.MaxBatchSize + 1}, ""},
+			"NegativeBatch":      {mem, ok, processor.Options{BatchSize: -1}, ""},
+			"NegativeTimeout":    {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
 		} {
 			p, err := processor.NewBatch(c.store, c.handler, c.opts)
 			require.Nil(t, p, name)
@@ -181,6 +182,8 @@ func TestBatchProcessor(t *testing.T) {
 			log := &writeCalls{Store: b.mem}
 			var calls batchCalls
 			var running, most atomic.Int32
+			var topicsMu sync.Mutex
+			topics := map[string]int{} // of the messages the publisher got, asserted on the test goroutine
 			record := func(_ context.Context, leases []leasing.Lease) []error {
 				n := running.Add(1)
 				defer running.Add(-1)
@@ -194,10 +197,12 @@ func TestBatchProcessor(t *testing.T) {
 			if q == leasing.Outbox {
 				publish := processor.BatchPublisher(func(ctx context.Context, msgs []leasing.Message) []error {
 					leases := make([]leasing.Lease, len(msgs))
+					topicsMu.Lock()
 					for i, m := range msgs {
-						require.Equal(t, "orders", m.Topic)
+						topics[m.Topic]++
 						leases[i] = leasing.Lease{Message: m}
 					}
+					topicsMu.Unlock()
 					return record(ctx, leases)
 				})
 				handler = publish.Handler()
@@ -226,6 +231,11 @@ func TestBatchProcessor(t *testing.T) {
 				}
 			}
 			require.ElementsMatch(t, ids, delivered, "each message delivered once")
+			if q == leasing.Outbox {
+				topicsMu.Lock()
+				require.Equal(t, map[string]int{"orders": 250}, topics, "the publisher gets each message's topic")
+				topicsMu.Unlock()
+			}
 			require.GreaterOrEqual(t, len(calls.all()), 3)
 			require.LessOrEqual(t, most.Load(), int32(2), "Concurrency bounds the calls running at once")
 			b.requireCounters(t, map[string]int64{
@@ -302,7 +312,7 @@ func TestBatchProcessor(t *testing.T) {
 			<-release
 			return allNil(len(leases))
 		}, processor.Options{LeaseDuration: 30 * time.Second})
-		<-started
+		receive(t, started, "the call started")
 		// Two steps of 20s take the store clock past the first expiry; the
 		// heartbeat renews every lease of the running call after each.
 		for _, now := range []time.Time{t0.Add(20 * time.Second), t0.Add(40 * time.Second)} {
@@ -354,7 +364,7 @@ func TestBatchProcessor(t *testing.T) {
 		}, processor.Options{BatchSize: 10})
 		waitFor(t, func() bool { return b.counter("processor.lease_lost") == 1 }, "one lease lost")
 		close(release)
-		require.NoError(t, <-ctxErr, "a lease lost among others does not cancel the call")
+		require.NoError(t, receive(t, ctxErr, "the call returned"), "a lease lost among others does not cancel the call")
 		for _, id := range []uuid.UUID{ids[0], ids[2]} {
 			waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "the held ones are written")
 		}
@@ -381,7 +391,7 @@ func TestBatchProcessor(t *testing.T) {
 		waitFor(t, func() bool { return b.counter("processor.leases_acquired") == 2 }, "claimed")
 		b.clock.Advance(31 * time.Second)
 		require.Len(t, b.claimAsOther(t), 2)
-		require.ErrorIs(t, <-cause, leasing.ErrLeaseLost)
+		require.ErrorIs(t, receive(t, cause, "the call's context ended"), leasing.ErrLeaseLost)
 		waitFor(t, func() bool { return b.counter("processor.persist_skipped") == 2 }, "both skipped")
 		for _, id := range ids {
 			require.Empty(t, log.of(id))
@@ -468,7 +478,7 @@ func TestBatchProcessor(t *testing.T) {
 			return allNil(len(leases))
 		}, processor.Options{HandlerTimeout: timeout, RetryPolicy: processor.RetryPolicy{InitialDelay: time.Minute}})
 		t.Cleanup(unblock)
-		c := <-cause
+		c := receive(t, cause, "the call's context ended at the timeout")
 		require.ErrorIs(t, c, processor.ErrHandlerTimeout)
 		for _, id := range ids {
 			waitFor(t, statusIs(b.mem, id, leasing.StatusFailed), "failed at the timeout while the call still runs")
@@ -498,9 +508,9 @@ func TestBatchProcessor(t *testing.T) {
 			cause <- context.Cause(ctx)
 			return repeat(len(leases), ctx.Err())
 		}, processor.Options{ShutdownGrace: 20 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 1}})
-		<-started
+		receive(t, started, "the call started")
 		r.cancel()
-		require.ErrorIs(t, <-cause, processor.ErrShutdown)
+		require.ErrorIs(t, receive(t, cause, "the call's context ended at shutdown"), processor.ErrShutdown)
 		require.NoError(t, r.stop(t))
 		for _, id := range ids {
 			row := b.row(t, id)
@@ -521,7 +531,7 @@ func TestBatchProcessor(t *testing.T) {
 			<-release
 			return allNil(len(leases))
 		}, processor.Options{})
-		<-started
+		receive(t, started, "the call started")
 		stopped := make(chan error, 1)
 		go func() { stopped <- r.stop(t) }()
 		close(release)

@@ -76,6 +76,31 @@ func (b *traceBundle) requireBatch(t *testing.T, ids []uuid.UUID, sends []spante
 	return batch, processes
 }
 
+// loseBatch runs one batch call over two traced messages with opts
+// (Concurrency 1) while another worker reclaims both leases; once the
+// call's context has ended, the handler returns after(ctx, leases). It
+// returns the call's span and the leases' process spans, checked by
+// requireBatch, once all have ended.
+func (b *traceBundle) loseBatch(t *testing.T, opts processor.Options, after processor.BatchHandler) (batch spantest.Span, processes []spantest.Span) {
+	t.Helper()
+	ids, sends := b.enqueueBatch(t, "a", "b")
+	started := make(chan trace.SpanContext, 1)
+	opts.TracerProvider, opts.Concurrency = b.tp, 1
+	b.startBatch(t, b.store, func(ctx context.Context, leases []leasing.Lease) []error {
+		started <- trace.SpanContextFromContext(ctx)
+		<-ctx.Done() // every lease lost
+		return after(ctx, leases)
+	}, opts)
+	handlerSpan := receive(t, started, "the call started")
+	b.clock.Advance(time.Minute) // past the leases: another worker reclaims both
+	require.Len(t, b.claimAsOther(t), 2)
+	waitFor(t, func() bool { return len(b.batchSpans()) == 1 }, "the call returned")
+	for _, id := range ids {
+		waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
+	}
+	return b.requireBatch(t, ids, sends, handlerSpan)
+}
+
 func TestBatchProcessorTracing(t *testing.T) {
 	t.Parallel()
 	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
@@ -97,14 +122,14 @@ func TestBatchProcessorTracing(t *testing.T) {
 			waitFor(t, func() bool { return len(b.process(ids[0]))+len(b.process(ids[1]))+len(b.process(ids[2])) == 3 }, "three process spans ended")
 
 			batch, spans := b.requireBatch(t, ids, sends, <-handlerSpan)
-			require.Equal(t, attribute.IntValue(1), batch.Attributes["leasestore.batch.failed"])
+			require.Equal(t, attribute.IntValue(1), batch.Attributes["messaging.leasestore.batch.failed"])
 			require.Equal(t, codes.Unset, batch.Status, "one message's error is not the call's")
 			for _, i := range []int{0, 2} {
-				require.Equal(t, attribute.StringValue("succeeded"), spans[i].Attributes["leasestore.outcome"])
-				require.Equal(t, attribute.StringValue("applied"), spans[i].Attributes["leasestore.write.outcome"])
+				require.Equal(t, attribute.StringValue(successOutcome(q)), spans[i].Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("applied"), spans[i].Attributes["messaging.leasestore.write.outcome"])
 				require.Equal(t, codes.Unset, spans[i].Status)
 			}
-			require.Equal(t, attribute.StringValue("failed"), spans[1].Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[1].Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("handler_error"), spans[1].Attributes["error.type"])
 			require.Equal(t, codes.Error, spans[1].Status)
 			require.Equal(t, []string{"exception"}, spans[1].Events)
@@ -130,7 +155,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Equal(t, codes.Error, batch.Status)
 			require.Equal(t, []string{"exception"}, batch.Events)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
 				require.Equal(t, attribute.StringValue("panic"), s.Attributes["error.type"])
 				require.Equal(t, codes.Error, s.Status)
 			}
@@ -175,7 +200,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Equal(t, []string{"handler timed out"}, batch.Events)
 			require.Equal(t, codes.Error, batch.Status)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
 				require.Equal(t, attribute.StringValue("timeout"), s.Attributes["error.type"])
 				require.Equal(t, []string{"handler timed out"}, s.Events, "the late return is not recorded")
 			}
@@ -185,27 +210,32 @@ func TestBatchProcessorTracing(t *testing.T) {
 		t.Run(string(q)+"/LostLeases", func(t *testing.T) {
 			t.Parallel()
 			b := setupTracing(t, q)
-			ids, sends := b.enqueueBatch(t, "a", "b")
-			started := make(chan trace.SpanContext, 1)
-			b.startBatch(t, b.store, func(ctx context.Context, leases []leasing.Lease) []error {
-				started <- trace.SpanContextFromContext(ctx)
-				<-ctx.Done()
+			_, spans := b.loseBatch(t, processor.Options{}, func(ctx context.Context, leases []leasing.Lease) []error {
 				return repeat(len(leases), context.Cause(ctx))
-			}, processor.Options{TracerProvider: b.tp, Concurrency: 1})
-			handlerSpan := <-started
-			b.clock.Advance(time.Minute) // past the leases: another worker reclaims both
-			require.Len(t, b.claimAsOther(t), 2)
-			waitFor(t, func() bool { return len(b.batchSpans()) == 1 }, "the call returned")
-			for _, id := range ids {
-				waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
-			}
-			_, spans := b.requireBatch(t, ids, sends, handlerSpan)
+			})
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("lost"), s.Attributes["leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 				require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 				require.Equal(t, codes.Error, s.Status)
-				_, written := s.Attributes["leasestore.write.outcome"]
+				_, written := s.Attributes["messaging.leasestore.write.outcome"]
 				require.False(t, written, "nothing is written for a lost lease")
+			}
+		})
+
+		t.Run(string(q)+"/LostThenPastTimeoutIsNoTimeout", func(t *testing.T) {
+			t.Parallel()
+			b := setupTracing(t, q)
+			const timeout = 20 * time.Millisecond
+			batch, spans := b.loseBatch(t, processor.Options{HandlerTimeout: timeout}, func(_ context.Context, leases []leasing.Lease) []error {
+				time.Sleep(10 * timeout) // a handler that ignores ctx, returning past HandlerTimeout
+				return repeat(len(leases), nil)
+			})
+			_, marked := batch.Attributes["error.type"]
+			require.False(t, marked, "no lease was timed out, so the call was not")
+			require.Empty(t, batch.Events)
+			require.Equal(t, codes.Unset, batch.Status)
+			for _, s := range spans {
+				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 			}
 		})
 
@@ -223,7 +253,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.NoError(t, r.stop(t))
 			_, spans := b.requireBatch(t, ids, sends, handlerSpan)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("failed"), s.Attributes["leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("failed"), s.Attributes["messaging.leasestore.outcome"])
 				require.Equal(t, attribute.StringValue("shutdown"), s.Attributes["error.type"])
 			}
 		})
@@ -243,7 +273,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
 			s := b.process(id)[0]
 			b.requireProcess(t, s, send, 2)
-			require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("attempts_exhausted"), s.Attributes["error.type"])
 			require.Empty(t, b.batchSpans(), "no call, no batch span")
 			require.Empty(t, calls)

@@ -184,58 +184,75 @@
 // EnqueueCopy starts a "send <queue>" span (kind producer, a child of the
 // caller's span) and stores its W3C trace context in each message's
 // headers, traceparent and tracestate; a message that has either header
-// already keeps its headers. leasing.Message.SpanContext reads it back.
+// (a string) already keeps its headers, and the send span links to the
+// context they carry (leasing.MaxSendLinks). leasing.Message.SpanContext
+// reads it back.
 // Spans follow the OpenTelemetry messaging conventions, with
 // messaging.system "leasestore", messaging.destination.name the queue and
-// messaging.client.id the processor's lease owner:
+// messaging.client.id the processor's lease owner; the attributes of
+// leasestore's own are in the messaging.leasestore namespace, as the
+// conventions ask of a system's attributes:
 //
-//   - "claim <queue>" (client, a root, messaging.operation.type receive):
-//     one per claim that took or parked messages or failed, so an idle
-//     processor's polls trace nothing; leasestore.claim.batch_size,
-//     messaging.batch.message_count (leases), leasestore.parked, a link to
-//     each lease's enqueue span.
-//   - "process <queue>" (consumer, type process): one per attempt, a child
-//     of the claim that leased the message and linked (not parented) to
-//     its enqueue span, so a retry is a new span linked to the same
-//     producer. The handler's context carries it: start your spans from
-//     that context, and inject it into what a Publisher sends on.
-//     Attributes messaging.message.id, messaging.message.body.size,
-//     leasestore.attempt, leasestore.lease.generation,
-//     leasestore.tenant_id, leasestore.message.type, leasestore.topic and
-//     leasestore.ordering_key (those four when not empty). It ends once the attempt's outcome is
-//     written, with leasestore.outcome = succeeded, failed, dead_lettered
-//     or lost (nothing written), leasestore.write.outcome the store's
-//     leasing.Outcome, status error unless it succeeded, and error.type
-//     handler_error, panic (the panic recorded as an exception event),
-//     timeout (a "handler timed out" event), attempts_exhausted, shutdown
-//     or lease_lost.
+//   - "claim <queue>" (client, a root, messaging.operation.type
+//     receive): one per claim that took or parked messages or failed, so
+//     an idle processor's polls trace nothing;
+//     messaging.leasestore.claim.batch_size,
+//     messaging.batch.message_count (leases),
+//     messaging.leasestore.parked, a link to each lease's enqueue span.
+//   - "process <queue>" (consumer, type process): one per attempt, a
+//     child of the claim that leased the message and linked (not
+//     parented) to its enqueue span, so a retry is a new span linked to
+//     the same producer. The handler's context carries it: start your
+//     spans from that context, and inject it into what a Publisher sends
+//     on. Attributes messaging.message.id, messaging.message.body.size,
+//     messaging.leasestore.attempt,
+//     messaging.leasestore.lease.generation,
+//     messaging.leasestore.tenant_id, messaging.leasestore.message.type,
+//     messaging.leasestore.topic and messaging.leasestore.ordering_key
+//     (those four when not empty). It ends once the attempt's outcome is
+//     written, with messaging.leasestore.outcome = succeeded (published
+//     on the outbox: the word of SucceededCounter), failed,
+//     dead_lettered or lost (nothing written),
+//     messaging.leasestore.write.outcome the store's leasing.Outcome,
+//     status error unless it succeeded, and error.type handler_error,
+//     panic (the panic recorded as an exception event), timeout (a
+//     "handler timed out" event), attempts_exhausted, shutdown or
+//     lease_lost.
 //   - "process <queue>" of a batch call (internal, type process): with
-//     [NewBatch] each lease still gets its process span as above, started
-//     as its call starts (one dead-lettered with ErrAttemptsExhausted gets
-//     one without a call; error.type batch_length for a result of the
-//     wrong length). The call is one more span, a sibling of those under
-//     the same claim, carried by the BatchHandler's context:
-//     messaging.batch.message_count, leasestore.batch.failed (outcomes
-//     that are errors) and a link to each lease's process span, the link
-//     carrying messaging.message.id. It ends when the call returns, status
-//     error with error.type panic, batch_length or timeout (a "handler
-//     timed out" event) when the whole call failed; one lease's error is
-//     on that lease's span only. The conventions let a batch's process
-//     span link to each message's creation context; the lease spans hold
+//     [NewBatch] each lease still gets its process span as above,
+//     started as its call starts (one dead-lettered with
+//     ErrAttemptsExhausted gets one without a call; error.type
+//     batch_length for a result of the wrong length). The call is one
+//     more span, a sibling of those under the same claim, carried by the
+//     BatchHandler's context: messaging.batch.message_count,
+//     messaging.leasestore.batch.failed (outcomes that are errors) and a
+//     link to each lease's process span, the link carrying
+//     messaging.message.id. It ends when the call returns, status error
+//     with error.type panic, batch_length or timeout (a "handler timed
+//     out" event; only when the timeout failed a lease still held, not
+//     when all were lost first) when the whole call failed; one lease's
+//     error is on that lease's span only. The conventions let a batch's process span
+//     link to each message's creation context; the lease spans hold
 //     those links, so the call's span links to them: one link per lease
-//     (an SDK keeps 128 a span by default), and the consumer spans linked
-//     to producers stay the leases' (hence kind internal). To pass a
-//     message's trace on, inject l.Message.SpanContext() or start spans
-//     linked to it.
+//     (an SDK keeps 128 a span by default), and the consumer spans
+//     linked to producers stay the leases' (hence kind internal). To
+//     pass a message's trace on, inject l.Message.SpanContext() or start
+//     spans linked to it.
 //   - "renew <queue>" (client, a root): one per Renew call of the
-//     heartbeat; messaging.batch.message_count, leasestore.renew.renewed,
-//     leasestore.renew.lost.
+//     heartbeat; messaging.batch.message_count,
+//     messaging.leasestore.renew.renewed,
+//     messaging.leasestore.renew.lost.
 //   - "complete|fail|dead_letter|release <queue>" (client, a root, type
-//     settle): one per outcome write, its tries included (a failed try is
-//     a "write failed" event); messaging.batch.message_count,
-//     leasestore.write.succeeded, leasestore.write.rejected, a link to
-//     each attempt's process span.
+//     settle): one per outcome write, its tries included (a failed try
+//     is a "write failed" event); messaging.batch.message_count,
+//     messaging.leasestore.write.succeeded,
+//     messaging.leasestore.write.rejected, a link to each attempt's
+//     process span.
 //
-// A sampler decides as usual: the process spans of a claim follow the
-// claim span's decision (their parent), not the producer's.
+// The processor's spans come from the tracer of instrumentation scope
+// TracerName, "github.com/leasestore/leasestore/leasing/processor"; the
+// stores' send spans from leasing.TracerName,
+// "github.com/leasestore/leasestore/leasing". Filter, sample or route them
+// by scope. A sampler decides as usual: the process spans of a claim
+// follow the claim span's decision (their parent), not the producer's.
 package processor

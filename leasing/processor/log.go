@@ -134,16 +134,42 @@ func (p *Processor) logWritten(kind writeKind, g []pendingWrite, res leasing.Wri
 	}
 }
 
-// handlerPanicked logs a handler's panic with value v and stack (error).
-func (p *Processor) handlerPanicked(lease leasing.Lease, v any, stack []byte) {
-	p.log.log(slog.LevelError, "handler panicked", leaseAttrs(lease,
-		slog.String(LogKeyError, fmt.Sprint(v)), slog.String("stack", string(stack)))...)
+// callAttrs are the attributes of the leases of one handler call, then
+// extra: those of the lease (leaseAttrs) for New, the count and message
+// ids (batchAttrs) for NewBatch, whatever the call's size.
+func (p *Processor) callAttrs(leases []leasing.Lease, extra ...slog.Attr) []slog.Attr {
+	if p.batch == nil {
+		return leaseAttrs(leases[0], extra...)
+	}
+	return batchAttrs(leases, extra...)
 }
 
-// handlerTimedOut logs a handler that ran past HandlerTimeout (warn: its
-// attempt is written as failed or dead-lettered).
-func (p *Processor) handlerTimedOut(lease leasing.Lease) {
-	p.log.log(slog.LevelWarn, "handler timed out", leaseAttrs(lease, slog.Duration("timeout", p.opts.HandlerTimeout))...)
+// batchAttrs are the attributes of the leases of one batch call, then
+// extra.
+func batchAttrs(leases []leasing.Lease, extra ...slog.Attr) []slog.Attr {
+	ids := make([]string, len(leases))
+	for i, l := range leases {
+		ids[i] = l.Message.ID.String()
+	}
+	return append([]slog.Attr{slog.Int("count", len(leases)), slog.Any("message_ids", ids)}, extra...)
+}
+
+// handlerPanicked logs the panic of a handler call over leases with value
+// v and stack (error, once for the call).
+func (p *Processor) handlerPanicked(leases []leasing.Lease, v any, stack []byte) {
+	if p.log.enabled(slog.LevelError) {
+		p.log.log(slog.LevelError, "handler panicked", p.callAttrs(leases,
+			slog.String(LogKeyError, fmt.Sprint(v)), slog.String("stack", string(stack)))...)
+	}
+}
+
+// handlerTimedOut logs a handler call that ran past HandlerTimeout with
+// leases still running (warn, once for the call: their attempts are
+// written as failed or dead-lettered).
+func (p *Processor) handlerTimedOut(leases []leasing.Lease) {
+	if p.log.enabled(slog.LevelWarn) {
+		p.log.log(slog.LevelWarn, "handler timed out", p.callAttrs(leases, slog.Duration("timeout", p.opts.HandlerTimeout))...)
+	}
 }
 
 // leaseLost logs h given up as lost (warn: its handler is cancelled and

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -231,7 +233,7 @@ func (r *run) dispatch() {
 		r.startWorker(func() {
 			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
 			h.span = span // before the timeout starts, and read after the outcome's submit
-			stopTimeout := r.startTimeout(h)
+			stopTimeout := r.startTimeout([]*heldLease{h}, nil, nil)
 			err := r.handle(ctx, lease)
 			stopTimeout()
 			r.finish(h, err)
@@ -259,62 +261,105 @@ func (r *run) startWorker(work func()) {
 
 // handle runs the handler on a worker, turning a panic into an error.
 func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
-	policy := r.p.opts.RetryPolicy
-	if policy.DeadLetters(lease.Attempt - 1) {
-		// Earlier attempts ended without an outcome (a worker crashed or
-		// hung): do not run it again, dead-letter it.
-		return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, policy.MaxAttempts)
+	if err := exhausted(r.p.opts.RetryPolicy, lease); err != nil {
+		return err
 	}
 	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
-			stack := debug.Stack()
-			r.p.handlerPanicked(lease, v, stack)
-			err = fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
+			err = r.panicked([]leasing.Lease{lease}, v)
 		}
 	}()
 	return r.p.handler(ctx, lease)
 }
 
-// startTimeout starts the HandlerTimeout of h's handler, which has just
-// started, and returns the function that stops it once the handler
-// returned: that function returns only after a timeout that fired has
-// handed its outcome to the writer, so that the worker's wg.Done comes
-// after that submit and shutdown writes it.
-func (r *run) startTimeout(h *heldLease) (stop func()) {
+// exhausted returns the error that dead-letters lease without a handler
+// call when its earlier attempts spent RetryPolicy.MaxAttempts (they ended
+// without an outcome: a worker crashed or hung), else nil.
+func exhausted(policy RetryPolicy, lease leasing.Lease) error {
+	if !policy.DeadLetters(lease.Attempt - 1) {
+		return nil
+	}
+	return fmt.Errorf("%w: attempt %d of at most %d", ErrAttemptsExhausted, lease.Attempt, policy.MaxAttempts)
+}
+
+// panicked logs the panic v of a handler call over leases, recovered by
+// the caller's deferred function, and returns the error that fails each of
+// them: errHandlerPanicked with v's text and the stack.
+func (r *run) panicked(leases []leasing.Lease, v any) error {
+	stack := debug.Stack()
+	r.p.handlerPanicked(leases, v, stack)
+	return fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
+}
+
+// startTimeout starts the HandlerTimeout of a handler call over hs (one
+// lease for New, the leases of the call for NewBatch), which has just
+// started; cancel (nil for New) cancels the call's own context and span
+// is the call's span (nil for New, or without tracing). It returns the
+// function that stops the timeout once the call returned and reports
+// whether the timeout timed out a lease: that function returns only after
+// a timeout that fired has handed its outcomes to the writer, so that the
+// worker's wg.Done comes after that submit and shutdown writes it.
+func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (timedOut bool)) {
 	d := r.p.opts.HandlerTimeout
 	if d == NoHandlerTimeout {
-		return func() {}
+		return func() bool { return false }
 	}
-	fired := make(chan struct{})
+	fired := make(chan bool, 1)
 	t := time.AfterFunc(d, func() {
-		defer close(fired)
-		r.timeOut(h)
-	})
-	return func() {
-		if !t.Stop() {
-			<-fired
+		timedOut := r.timeOut(hs, cancel)
+		if timedOut {
+			// Only then: leases all lost or written before the timeout
+			// leave the call's span without error.type.
+			handlerTimedOutSpan(span, d)
 		}
+		fired <- timedOut
+	})
+	return func() bool {
+		if t.Stop() {
+			return false
+		}
+		return <-fired
 	}
 }
 
-// timeOut ends h's attempt when its handler ran past HandlerTimeout and is
-// still running: the handler's context is cancelled with an
-// ErrHandlerTimeout cause and the attempt's failure goes to the writer at
-// once, whether or not the handler returns. Writing it untracks the lease,
-// so the heartbeat stops renewing it; what the handler returns later is
-// dropped by finish. A handler that returned first, or a lost lease, leaves
-// nothing to do.
-func (r *run) timeOut(h *heldLease) {
-	lease, ok := r.book.timeOut(h)
-	if !ok {
-		return
-	}
-	r.p.handlerTimedOut(lease)
-	handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
+// timeOut ends the attempts of the leases of hs whose handler call ran
+// past HandlerTimeout and are still running: their handler contexts, and
+// the call's with cancel when not nil, are cancelled with an
+// ErrHandlerTimeout cause, and their failures go to the writer at once, in
+// one submit, whether or not the call returns. Writing them untracks the
+// leases, so the heartbeat stops renewing them; what the call returns
+// later is dropped by settle. Leases whose call returned first, or that
+// were lost, are left alone. It reports whether it timed out any lease.
+func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
-	h.cancel(err)
-	r.w.submit(r.outcome(h, lease, err))
+	var (
+		timedOut []*heldLease
+		leases   []leasing.Lease
+		pws      []pendingWrite
+	)
+	for _, h := range hs {
+		lease, ok := r.book.timeOut(h)
+		if !ok {
+			continue
+		}
+		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
+		timedOut = append(timedOut, h)
+		leases = append(leases, lease)
+		pws = append(pws, r.outcome(h, lease, err))
+	}
+	if cancel != nil {
+		cancel(err)
+	}
+	for _, h := range timedOut {
+		h.cancel(err)
+	}
+	if len(pws) == 0 {
+		return false
+	}
+	r.p.handlerTimedOut(leases)
+	r.w.submit(pws...)
+	return true
 }
 
 // finish hands the outcome of h's handler, err, to the writer, unless h

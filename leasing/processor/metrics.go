@@ -13,7 +13,14 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// instrumentationScope is the meter name New uses when it makes its own
+// TracerName is the instrumentation scope name of the spans a Processor
+// starts (trace.TracerProvider.Tracer on Options.TracerProvider): filter
+// or sample the processor's spans by it. The stores' send spans have
+// leasing.TracerName.
+const TracerName = instrumentationScope
+
+// instrumentationScope is the processor's instrumentation scope name: its
+// tracer's (TracerName) and the meter name New uses when it makes its own
 // no-op meter; callers pass their meter in Options.Meter.
 const instrumentationScope = "github.com/leasestore/leasestore/leasing/processor"
 

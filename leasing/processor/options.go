@@ -100,8 +100,8 @@ type Options struct {
 	// message, linked to the trace context its enqueue stored in its
 	// headers (leasing.PostgresOptions.TracerProvider) and carried by the
 	// handler's context, and a span per claim that took or parked
-	// messages, per renew and per outcome write. nil, the default, starts
-	// no span.
+	// messages or failed (an idle poll traces nothing), per renew and per
+	// outcome write. nil, the default, starts no span.
 	TracerProvider trace.TracerProvider
 	// Logger, when not nil, receives the processor's structured events
 	// (see the package documentation, Logging), each with the attributes

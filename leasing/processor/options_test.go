@@ -63,6 +63,7 @@ func TestProcessorOptions(t *testing.T) {
 		}{
 			"NilStore":                 {nil, ok, processor.Options{}, "store"},
 			"NilHandler":               {mem, nil, processor.Options{}, "handler"},
+			"NilStoreAndHandler":       {nil, nil, processor.Options{}, "store"},
 			"HeartbeatOverHalfLease":   {mem, ok, processor.Options{LeaseDuration: 10 * time.Second, HeartbeatInterval: 5*time.Second + 1}, "heartbeat interval"},
 			"NegativeHeartbeat":        {mem, ok, processor.Options{HeartbeatInterval: -time.Second}, "heartbeat interval"},
 			"NegativeBatchSize":        {mem, ok, processor.Options{BatchSize: -1}, "batch size"},

@@ -121,18 +121,19 @@ type Processor struct {
 // for a nil store or handler or a bad option; else the meter's error
 // creating the counters.
 func New(store Store, handler Handler, opts Options) (*Processor, error) {
-	if handler == nil {
-		return nil, argumentError("handler", "must not be nil")
-	}
-	return newProcessor(store, opts, func(p *Processor) { p.handler = handler })
+	return newProcessor(store, handler != nil, opts, func(p *Processor) { p.handler = handler })
 }
 
 // newProcessor returns the processor of New and NewBatch over store with
 // opts, after set has given it its handler, or the errors of New for a nil
-// store or a bad option.
-func newProcessor(store Store, opts Options, set func(*Processor)) (*Processor, error) {
+// store, no handler (hasHandler false) or a bad option, checked in that
+// order.
+func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processor)) (*Processor, error) {
 	if store == nil {
 		return nil, argumentError("store", "must not be nil")
+	}
+	if !hasHandler {
+		return nil, argumentError("handler", "must not be nil")
 	}
 	opts, claimRequest, err := opts.resolve(store.Queue())
 	if err != nil {

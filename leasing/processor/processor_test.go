@@ -136,6 +136,20 @@ func waitFor(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, 5*time.Second, time.Millisecond, msg)
 }
 
+// receive returns the next value from ch, failing the test when none
+// comes within waitFor's 5 seconds, so that a regression fails instead of
+// hanging the test binary.
+func receive[T any](t *testing.T, ch <-chan T, msg string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "nothing received in time: "+msg)
+		panic("unreachable")
+	}
+}
+
 // statusIs reports whether the row of id has status s; it never fails the
 // test, so that waitFor may call it.
 func statusIs(store leasing.Store, id uuid.UUID, s leasing.Status) func() bool {

@@ -19,27 +19,31 @@ import (
 // messaging.batch.message_count, error.type); the package documentation,
 // Tracing, lists which span carries which.
 const (
-	attrAttempt     = "leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
-	attrGeneration  = "leasestore.lease.generation" // int: Lease.Generation, the fence
-	attrTenant      = "leasestore.tenant_id"        // string, when not empty
-	attrType        = "leasestore.message.type"     // string, when not empty
-	attrTopic       = "leasestore.topic"            // string: the outbox topic, when not empty
-	attrOrderingKey = "leasestore.ordering_key"     // string: the message's ordering key, when not empty
-	attrOutcome     = "leasestore.outcome"          // string: processOutcome*
-	attrWriteResult = "leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
-	attrBatchSize   = "leasestore.claim.batch_size" // int: the most messages the claim asked for
-	attrParked      = "leasestore.parked"           // int: rows the claim parked
-	attrApplied     = "leasestore.write.succeeded"  // int: writes applied or already applied
-	attrRejected    = "leasestore.write.rejected"   // int: writes the fence refused
-	attrRenewed     = "leasestore.renew.renewed"    // int: leases renewed
-	attrLost        = "leasestore.renew.lost"       // int: leases the renew found lost
-	attrFailed      = "leasestore.batch.failed"     // int: outcomes of a batch call that are errors
+	attrAttempt     = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
+	attrGeneration  = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence
+	attrTenant      = "messaging.leasestore.tenant_id"        // string, when not empty
+	attrType        = "messaging.leasestore.message.type"     // string, when not empty
+	attrTopic       = "messaging.leasestore.topic"            // string: the outbox topic, when not empty
+	attrOrderingKey = "messaging.leasestore.ordering_key"     // string: the message's ordering key, when not empty
+	attrOutcome     = "messaging.leasestore.outcome"          // string: processOutcome*
+	attrWriteResult = "messaging.leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
+	attrBatchSize   = "messaging.leasestore.claim.batch_size" // int: the most messages the claim asked for
+	attrParked      = "messaging.leasestore.parked"           // int: rows the claim parked
+	attrApplied     = "messaging.leasestore.write.succeeded"  // int: writes applied or already applied
+	attrRejected    = "messaging.leasestore.write.rejected"   // int: writes the fence refused
+	attrRenewed     = "messaging.leasestore.renew.renewed"    // int: leases renewed
+	attrLost        = "messaging.leasestore.renew.lost"       // int: leases the renew found lost
+	attrFailed      = "messaging.leasestore.batch.failed"     // int: outcomes of a batch call that are errors
 	attrErrorType   = "error.type"
 )
 
-// The leasestore.outcome values of a process span: how the attempt ended.
+// The messaging.leasestore.outcome values of a process span: how the
+// attempt ended. A success is the word of the queue's success counter
+// (SucceededCounter): processOutcomeSucceeded on the inbox,
+// processOutcomePublished on the outbox.
 const (
-	processOutcomeSucceeded    = "succeeded"     // the success state was written
+	processOutcomeSucceeded    = "succeeded"     // the inbox's success state was written
+	processOutcomePublished    = "published"     // the outbox's success state was written
 	processOutcomeFailed       = "failed"        // failed was written, due again after the backoff
 	processOutcomeDeadLettered = "dead_lettered" // dead_lettered was written
 	processOutcomeLost         = "lost"          // the lease was lost: nothing written
@@ -48,9 +52,10 @@ const (
 // tracer starts a processor's spans; the zero value, a processor without
 // a TracerProvider, starts none.
 type tracer struct {
-	t      trace.Tracer
-	queue  leasing.Queue
-	common []attribute.KeyValue // messaging.system, destination and client id
+	t         trace.Tracer
+	queue     leasing.Queue
+	common    []attribute.KeyValue // messaging.system, destination and client id
+	succeeded string               // the messaging.leasestore.outcome of a success on queue
 }
 
 // newTracer returns the tracer of a processor of queue q claiming as
@@ -59,7 +64,11 @@ func newTracer(tp trace.TracerProvider, q leasing.Queue, owner string) tracer {
 	if tp == nil {
 		return tracer{}
 	}
-	return tracer{t: tp.Tracer(instrumentationScope), queue: q, common: []attribute.KeyValue{
+	succeeded := processOutcomeSucceeded
+	if q == leasing.Outbox {
+		succeeded = processOutcomePublished
+	}
+	return tracer{t: tp.Tracer(instrumentationScope), queue: q, succeeded: succeeded, common: []attribute.KeyValue{
 		attribute.String("messaging.system", leasing.MessagingSystem),
 		attribute.String("messaging.destination.name", string(q)),
 		attribute.String("messaging.client.id", owner),
@@ -187,7 +196,7 @@ func (t tracer) startBatch(base context.Context, hs []*heldLease) (context.Conte
 
 // endBatch ends the span of a batch handler call that returned errs (one
 // per lease, after handleBatch's checks) and ran past HandlerTimeout when
-// timedOut (handlerTimedOutSpan recorded it): leasestore.batch.failed
+// timedOut (handlerTimedOutSpan recorded it): messaging.leasestore.batch.failed
 // counts the errors; a panic or a result of the wrong length, which fail
 // every lease, and a timeout make the status error.
 func endBatch(span trace.Span, errs []error, timedOut bool) {
@@ -264,7 +273,7 @@ func (t tracer) startWrite(kind writeKind, g []pendingWrite, call func(context.C
 // endWrite ends the span of an outcome write of g, all of kind, that
 // reported res or failed with err (given up), and the process spans of g
 // with the outcome each attempt got.
-func endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
+func (t tracer) endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
 	if span == nil {
 		return
 	}
@@ -289,15 +298,15 @@ func endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.Wri
 		if err == nil && i < len(res.Outcomes) {
 			o = res.Outcomes[i].Outcome
 		}
-		endProcess(pw, o, err)
+		t.endProcess(pw, o, err)
 	}
 }
 
 // endProcess ends the process span of pw's attempt, whose outcome write
 // reported o or was given up with err.
-func endProcess(pw pendingWrite, o leasing.Outcome, err error) {
+func (t tracer) endProcess(pw pendingWrite, o leasing.Outcome, err error) {
 	span := pw.h.span
-	outcome := processOutcomeSucceeded
+	outcome := t.succeeded
 	switch pw.kind {
 	case writeFail:
 		outcome = processOutcomeFailed

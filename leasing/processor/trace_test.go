@@ -3,6 +3,9 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasestore/leasestore/internal/spantest"
 	"github.com/leasestore/leasestore/leasing"
@@ -29,6 +33,8 @@ type traceBundle struct {
 func setupTracing(t *testing.T, q leasing.Queue) *traceBundle {
 	t.Helper()
 	b := &traceBundle{processorBundle: setupProcessor(t, q), tp: spantest.NewProvider()}
+	// Registered before the processor starts, so run after it stopped.
+	t.Cleanup(func() { require.NoError(t, b.tp.Check(), "every span started ends exactly once") })
 	mem, err := leasing.NewMemory(q, leasing.MemoryOptions{Now: b.clock.Now, TracerProvider: b.tp})
 	require.NoError(t, err)
 	b.mem = mem
@@ -99,20 +105,20 @@ func (b *traceBundle) requireProcess(t *testing.T, s spantest.Span, send spantes
 	require.Equal(t, trace.SpanKindClient, claim.Kind)
 	require.False(t, claim.Parent.IsValid())
 	want := map[attribute.Key]attribute.Value{
-		"messaging.system":            attribute.StringValue("leasestore"),
-		"messaging.operation.name":    attribute.StringValue("process"),
-		"messaging.operation.type":    attribute.StringValue("process"),
-		"messaging.destination.name":  attribute.StringValue(string(q)),
-		"leasestore.attempt":          attribute.IntValue(attempt),
-		"leasestore.lease.generation": attribute.Int64Value(int64(attempt)),
-		"leasestore.tenant_id":        attribute.StringValue("acme"),
-		"leasestore.ordering_key":     s.Attributes["messaging.message.id"],
+		"messaging.system":                      attribute.StringValue("leasestore"),
+		"messaging.operation.name":              attribute.StringValue("process"),
+		"messaging.operation.type":              attribute.StringValue("process"),
+		"messaging.destination.name":            attribute.StringValue(string(q)),
+		"messaging.leasestore.attempt":          attribute.IntValue(attempt),
+		"messaging.leasestore.lease.generation": attribute.Int64Value(int64(attempt)),
+		"messaging.leasestore.tenant_id":        attribute.StringValue("acme"),
+		"messaging.leasestore.ordering_key":     s.Attributes["messaging.message.id"],
 	}
 	for k, v := range want {
 		require.Equal(t, v, s.Attributes[k], "%s", k)
 	}
 	if q == leasing.Outbox {
-		require.Equal(t, attribute.StringValue("orders"), s.Attributes["leasestore.topic"])
+		require.Equal(t, attribute.StringValue("orders"), s.Attributes["messaging.leasestore.topic"])
 	}
 }
 
@@ -145,12 +151,12 @@ func TestProcessorTracing(t *testing.T) {
 				require.Equal(t, attribute.StringValue(r.p.Owner()), s.Attributes["messaging.client.id"])
 			}
 			require.NotEqual(t, spans[0].Parent, spans[1].Parent, "each attempt under its own claim")
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("handler_error"), spans[0].Attributes["error.type"])
 			require.Equal(t, codes.Error, spans[0].Status)
 			require.Equal(t, []string{"exception"}, spans[0].Events)
-			require.Equal(t, attribute.StringValue("succeeded"), spans[1].Attributes["leasestore.outcome"])
-			require.Equal(t, attribute.StringValue("applied"), spans[1].Attributes["leasestore.write.outcome"])
+			require.Equal(t, attribute.StringValue(successOutcome(q)), spans[1].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("applied"), spans[1].Attributes["messaging.leasestore.write.outcome"])
 			require.Equal(t, codes.Unset, spans[1].Status)
 
 			for i, name := range []string{"fail ", "complete "} {
@@ -161,7 +167,7 @@ func TestProcessorTracing(t *testing.T) {
 				require.False(t, w.Parent.IsValid())
 				require.Equal(t, attribute.StringValue("settle"), w.Attributes["messaging.operation.type"])
 				require.Equal(t, attribute.IntValue(1), w.Attributes["messaging.batch.message_count"])
-				require.Equal(t, attribute.IntValue(1), w.Attributes["leasestore.write.succeeded"])
+				require.Equal(t, attribute.IntValue(1), w.Attributes["messaging.leasestore.write.succeeded"])
 				require.Len(t, w.Links, 1)
 				require.Equal(t, spans[i].SpanContext, w.Links[0].SpanContext, "the write links to the attempt it settles")
 			}
@@ -199,9 +205,9 @@ func TestProcessorTracing(t *testing.T) {
 				require.Len(t, spans, 1, typ)
 				s := spans[0]
 				b.requireProcess(t, s, sends[typ], 1)
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["leasestore.outcome"], typ)
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"], typ)
 				require.Equal(t, attribute.StringValue(want), s.Attributes["error.type"], typ)
-				require.Equal(t, attribute.StringValue("applied"), s.Attributes["leasestore.write.outcome"], typ)
+				require.Equal(t, attribute.StringValue("applied"), s.Attributes["messaging.leasestore.write.outcome"], typ)
 				require.Equal(t, codes.Error, s.Status, typ)
 			}
 			require.Equal(t, []string{"handler timed out"}, b.process(ids["timeout"])[0].Events)
@@ -230,15 +236,15 @@ func TestProcessorTracing(t *testing.T) {
 
 			s := b.process(id)[0]
 			b.requireProcess(t, s, send, 1)
-			require.Equal(t, attribute.StringValue("lost"), s.Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 			require.Equal(t, codes.Error, s.Status)
-			_, written := s.Attributes["leasestore.write.outcome"]
+			_, written := s.Attributes["messaging.leasestore.write.outcome"]
 			require.False(t, written, "nothing is written for a lost lease")
 			var lost int64
 			for _, rs := range b.tp.Named("renew " + string(q)) {
 				require.Equal(t, attribute.IntValue(1), rs.Attributes["messaging.batch.message_count"])
-				lost += rs.Attributes["leasestore.renew.lost"].AsInt64()
+				lost += rs.Attributes["messaging.leasestore.renew.lost"].AsInt64()
 			}
 			require.Equal(t, int64(1), lost, "the renew that found it lost says so")
 		})
@@ -258,7 +264,7 @@ func TestProcessorTracing(t *testing.T) {
 			spans := b.process(id)
 			require.Len(t, spans, 1)
 			b.requireProcess(t, spans[0], send, 1)
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
 			require.Equal(t, attribute.StringValue("shutdown"), spans[0].Attributes["error.type"])
 		})
 
@@ -273,7 +279,7 @@ func TestProcessorTracing(t *testing.T) {
 			claims := b.tp.Named("claim " + string(q))
 			require.Len(t, claims, 1, "only the claim that took the message is a span")
 			require.Equal(t, attribute.IntValue(1), claims[0].Attributes["messaging.batch.message_count"])
-			require.Equal(t, attribute.IntValue(processor.DefaultBatchSize), claims[0].Attributes["leasestore.claim.batch_size"])
+			require.Equal(t, attribute.IntValue(processor.DefaultBatchSize), claims[0].Attributes["messaging.leasestore.claim.batch_size"])
 		})
 
 		t.Run(string(q)+"/Off", func(t *testing.T) {
@@ -291,4 +297,44 @@ func TestProcessorTracing(t *testing.T) {
 			require.Empty(t, b.tp.Named("claim "+string(q)))
 		})
 	}
+}
+
+// successOutcome is the messaging.leasestore.outcome of a success on q:
+// the word of its success counter.
+func successOutcome(q leasing.Queue) string {
+	return strings.TrimPrefix(processor.SucceededCounter(q), "processor.")
+}
+
+// TestTracerName checks that the processor's spans come from the tracer
+// its documentation names, so that users can filter by scope.
+func TestTracerName(t *testing.T) {
+	t.Parallel()
+	tp := &scopeRecorder{TracerProvider: noop.NewTracerProvider()}
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 1)
+	r := b.start(t, b.mem, func(context.Context, leasing.Lease) error { return nil }, processor.Options{TracerProvider: tp})
+	require.NoError(t, r.stop(t))
+	require.Equal(t, []string{processor.TracerName}, tp.names())
+	require.Equal(t, "github.com/leasestore/leasestore/leasing/processor", processor.TracerName)
+}
+
+// scopeRecorder is a TracerProvider that records the names of the tracers
+// asked of it.
+type scopeRecorder struct {
+	trace.TracerProvider
+	mu    sync.Mutex
+	asked []string
+}
+
+func (s *scopeRecorder) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	s.mu.Lock()
+	s.asked = append(s.asked, name)
+	s.mu.Unlock()
+	return s.TracerProvider.Tracer(name, opts...)
+}
+
+func (s *scopeRecorder) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Compact(slices.Clone(s.asked))
 }

@@ -178,7 +178,7 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	res, err := w.persist(p.metrics.timedWrite(kind, call))
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
-	endWrite(span, kind, g, res, err)
+	p.tracer.endWrite(span, kind, g, res, err)
 	if err != nil {
 		p.writeGaveUp(kind, g, err)
 		return
