@@ -20,7 +20,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	url := os.Getenv("DATABASE_URL") // a database of its own: the quickstart migrates it
+	if url == "" {
+		log.Fatal("set DATABASE_URL, e.g. postgres://postgres@127.0.0.1:5432/quickstart")
+	}
+	pool, err := pgxpool.New(ctx, url)
 	check(err)
 	_, err = db.MigrateUp(ctx, pool) // in production, run migrations from CI instead
 	check(err)
