@@ -282,3 +282,98 @@ func TestOrderingKeyEnqueueCopy(t *testing.T) {
 		require.NoError(t, res.Err())
 	}
 }
+
+// TestOrderingKeyOpenProducerDelaysOnlyItsKey: a producer transaction that
+// enqueued to a key and stays open holds the key's row, so the write that
+// finishes that key's head waits for it (up to LockTimeout a try). A
+// processor whose batch holds that head beside unkeyed messages and
+// another key's head still writes those at once, and delivers none of them
+// twice; once the producer commits, the key goes on in order.
+func TestOrderingKeyOpenProducerDelaysOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.DatabaseURL(t)
+	pool := newPool(t, url, "ordering-open-producer", 4)
+	store, err := leasing.NewPostgres(pool, leasing.Outbox, leasing.PostgresOptions{LockTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	res, err := store.Enqueue(ctx,
+		leasing.NewMessage{Topic: "t", OrderingKey: "held"}, leasing.NewMessage{Topic: "t"},
+		leasing.NewMessage{Topic: "t", OrderingKey: "free"}, leasing.NewMessage{Topic: "t"})
+	require.NoError(t, err)
+	head, others := res.IDs[0], res.IDs[1:]
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	behind, err := store.EnqueueTx(ctx, tx, leasing.NewMessage{Topic: "t", OrderingKey: "held"})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	delivered := map[uuid.UUID]int{}
+	var order []uuid.UUID
+	// The outcomes of the held head, the other key's head and one
+	// unkeyed message meet in one write: the first write (the other
+	// unkeyed message's) is slowed down while they arrive.
+	var started sync.WaitGroup
+	started.Add(4)
+	first := others[0]
+	p, err := processor.New(&slowFirstComplete{Postgres: store, delay: 400 * time.Millisecond}, func(ctx context.Context, l leasing.Lease) error {
+		mu.Lock()
+		delivered[l.Message.ID]++
+		order = append(order, l.Message.ID)
+		again := delivered[l.Message.ID] > 1
+		mu.Unlock()
+		if !again {
+			started.Done()
+			started.Wait()
+			if l.Message.ID != first {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		return nil
+	}, processor.Options{BatchSize: 10, Concurrency: 4, LeaseDuration: 2 * time.Second, PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	status := func(id uuid.UUID) leasing.Status {
+		r, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		return r.Status
+	}
+	require.Eventually(t, func() bool {
+		for _, id := range others {
+			if status(id) != leasing.StatusPublished {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the unkeyed messages and the other key publish while the producer is open")
+	require.Equal(t, leasing.StatusPublishing, status(head), "the held key's head waits for the producer")
+
+	require.NoError(t, tx.Commit(ctx))
+	require.Eventually(t, func() bool { return status(behind.IDs[0]) == leasing.StatusPublished }, 60*time.Second,
+		20*time.Millisecond, "the key goes on once the producer commits")
+	require.Equal(t, leasing.StatusPublished, status(head))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range others {
+		require.Equal(t, 1, delivered[id], "delivered once: %s", id)
+	}
+	require.Less(t, slices.Index(order, head), slices.Index(order, behind.IDs[0]), "the head before the message behind it")
+}
+
+// slowFirstComplete is a store whose first Complete call takes delay
+// longer, so that the outcomes submitted meanwhile meet in the next write.
+type slowFirstComplete struct {
+	*leasing.Postgres
+	delay time.Duration
+	once  sync.Once
+}
+
+func (s *slowFirstComplete) Complete(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {
+	s.once.Do(func() { time.Sleep(s.delay) })
+	return s.Postgres.Complete(ctx, leases...)
+}

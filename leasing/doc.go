@@ -51,7 +51,9 @@
 // promote; one index descent per key). The store tells keyed leases by
 // Lease.Message.OrderingKey: pass leases back unchanged. An EnqueueTx of a
 // keyed message holds its key's row until the caller's transaction ends;
-// finishing that key's head waits for it (PostgresOptions.LockTimeout).
+// finishing that key's head waits for it (PostgresOptions.LockTimeout),
+// and fails with ErrLockTimeout past it, with every other outcome of the
+// same call (the processor then writes the others without that key).
 //
 // The runtime over a Store (a claim loop with worker slots, a heartbeat
 // that renews, a writer that batches outcomes, retries, metrics and the

@@ -270,6 +270,18 @@ func (t tracer) startWrite(kind writeKind, g []pendingWrite, call func(context.C
 	}
 }
 
+// abandonWrite ends the span of an outcome write that failed with err and
+// is written again in parts (writer.writeGroup), each with a span of its
+// own; the process spans stay open for those.
+func (t tracer) abandonWrite(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "split by ordering key: "+err.Error())
+	span.End()
+}
+
 // endWrite ends the span of an outcome write of g, all of kind, that
 // reported res or failed with err (given up), and the process spans of g
 // with the outcome each attempt got.

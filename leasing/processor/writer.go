@@ -144,8 +144,40 @@ func (w *writer) write(batch []pendingWrite) {
 }
 
 // writeGroup writes g, outcomes of one kind, with one store call, and
-// counts what the store applied.
+// counts what the store applied. A completion or dead letter of ordering
+// keys' heads locks their keys' rows, and an open transaction that
+// enqueued to a key holds its row until it ends: when such a call of
+// several keys (or of keys and unkeyed messages) times out on a lock, it
+// rolled back, so nothing of g was written, and g is written again one
+// call per key and one for the unkeyed outcomes, each tried once before
+// any is tried again, so that a held key delays the others by one lock
+// timeout and is the only one retried.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
+	parts := keyParts(kind, g)
+	if len(parts) <= 1 {
+		w.writeCall(kind, g, false)
+		return
+	}
+	if w.writeCall(kind, g, true) {
+		return
+	}
+	var held [][]pendingWrite
+	for _, part := range parts {
+		if !w.writeCall(kind, part, true) {
+			held = append(held, part)
+		}
+	}
+	for _, part := range held {
+		w.writeCall(kind, part, false)
+	}
+}
+
+// writeCall writes g, outcomes of one kind, with one store call (tried
+// again on driver errors, see persist), and counts what the store applied.
+// With yield, a first try that fails with leasing.ErrLockTimeout ends the
+// call instead: nothing of g was written, g stays tracked, and writeCall
+// returns false for the caller to write g again; else it returns true.
+func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	p := w.p
 	var (
 		leases   []leasing.Lease   // release and complete
@@ -175,13 +207,18 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 		}
 	}
 	span, call := p.tracer.startWrite(kind, g, call)
-	res, err := w.persist(p.metrics.timedWrite(kind, call))
+	res, err := w.persist(p.metrics.timedWrite(kind, call), yield)
+	if yield && errors.Is(err, leasing.ErrLockTimeout) {
+		p.tracer.abandonWrite(span, err)
+		p.writeTryFailed(1, err)
+		return false
+	}
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
 	p.tracer.endWrite(span, kind, g, res, err)
 	if err != nil {
 		p.writeGaveUp(kind, g, err)
-		return
+		return true
 	}
 	p.logWritten(kind, g, res)
 	done := 0
@@ -204,22 +241,56 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	case writeDeadLetter:
 		count(p.metrics.deadLettered, done)
 	}
+	return true
 }
 
 // persist calls call until it returns no error, an *ArgumentError, or
-// writeTries calls failed; each call may take LeaseDuration.
-func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)) (leasing.WriteResult, error) {
+// writeTries calls failed; each call may take LeaseDuration. With yield, a
+// first call that fails with leasing.ErrLockTimeout returns at once.
+func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error), yield bool) (leasing.WriteResult, error) {
 	p := w.p
 	backoff := writeBackoff
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(w.base, p.opts.LeaseDuration)
 		res, err := call(ctx)
 		cancel()
-		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || try == writeTries {
+		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || try == writeTries ||
+			yield && try == 1 && errors.Is(err, leasing.ErrLockTimeout) {
 			return res, err
 		}
 		p.writeTryFailed(try, err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}
+}
+
+// keyParts splits g, outcomes of kind, into the outcomes of each ordering
+// key (tenant and key; in order of first appearance) and one part of the
+// unkeyed ones, for a write that must not wait as a whole behind one key:
+// completions and dead letters lock the key rows of the heads they finish,
+// and an open transaction that enqueued to a key holds its row until it
+// ends. It returns nil for other kinds, and a single part when g holds at
+// most one key and nothing else.
+func keyParts(kind writeKind, g []pendingWrite) [][]pendingWrite {
+	if kind != writeComplete && kind != writeDeadLetter {
+		return nil
+	}
+	type key struct{ tenant, key string }
+	index := map[key]int{}
+	var parts [][]pendingWrite
+	for _, pw := range g {
+		m := pw.failure.Lease.Message
+		k := key{m.TenantID, m.OrderingKey}
+		if m.OrderingKey == "" {
+			k = key{} // every unkeyed outcome in one part
+		}
+		i, ok := index[k]
+		if !ok {
+			i = len(parts)
+			index[k] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], pw)
+	}
+	return parts
 }

@@ -3,6 +3,8 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,5 +111,73 @@ func testPersist(t *testing.T) {
 		for _, id := range ids {
 			waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "completed once the store answers")
 		}
+	})
+
+	t.Run("Persist/HeldKeyDelaysOnlyItsOwnOutcomes", func(t *testing.T) {
+		// A completion that finishes a key's head locks the key's row; an
+		// open producer transaction that enqueued to the key holds it. The
+		// write of a batch with that head times out as a whole; the
+		// writer then writes each key's outcomes on their own, so the
+		// unkeyed messages and the other key complete, and only the held
+		// key's head is retried (and given up here: the row stays held).
+		t.Parallel()
+		b := setupProcessor(t, leasing.Outbox)
+		msgs := []leasing.NewMessage{
+			{Topic: "t", OrderingKey: "held"}, {Topic: "t"}, {Topic: "t", OrderingKey: "free"}, {Topic: "t"},
+		}
+		res, err := b.mem.Enqueue(context.Background(), msgs...)
+		require.NoError(t, err)
+		held, others := res.IDs[0], res.IDs[1:]
+		store := &storeHooks{Store: b.mem}
+		var mu sync.Mutex
+		var calls [][]string // keys of each Complete call, "" for unkeyed
+		store.complete = func(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {
+			keys := make([]string, len(leases))
+			blocked := false
+			for i, l := range leases {
+				keys[i] = l.Message.OrderingKey
+				blocked = blocked || l.Message.OrderingKey == "held"
+			}
+			mu.Lock()
+			calls = append(calls, keys)
+			mu.Unlock()
+			if blocked {
+				return leasing.WriteResult{}, fmt.Errorf("complete: %w", leasing.ErrLockTimeout)
+			}
+			return b.mem.Complete(ctx, leases...)
+		}
+		started := make(chan struct{})
+		var once sync.Once
+		b.start(t, store, func(ctx context.Context, l leasing.Lease) error {
+			once.Do(func() { close(started) })
+			return nil
+		}, processor.Options{BatchSize: 10, Concurrency: 4})
+		<-started
+		for _, id := range others {
+			waitFor(t, statusIs(b.mem, id, leasing.StatusPublished), "published beside a held key")
+		}
+		heldAlone := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, keys := range calls {
+				if len(keys) == 1 && keys[0] == "held" {
+					n++
+				}
+			}
+			return n
+		}
+		waitFor(t, func() bool { return heldAlone() >= 5 }, // the held key's own write, tried writeTries times
+			"the held key's write given up")
+		require.Equal(t, leasing.StatusPublishing, b.row(t, held).Status, "the held key's head is not written")
+		mu.Lock()
+		defer mu.Unlock()
+		mixed := 0 // calls with the held key and others: at most the first try
+		for _, keys := range calls {
+			if slices.Contains(keys, "held") && len(keys) > 1 {
+				mixed++
+			}
+		}
+		require.LessOrEqual(t, mixed, 1, "the held key is written alone after the first try: %q", calls)
 	})
 }
