@@ -124,7 +124,7 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 		line("idempotency key", "%s", row.IdempotencyKey)
 	}
 	if row.OrderingKey != "" {
-		line("ordering key", "%s (place %d in its line)", row.OrderingKey, row.KeySeq)
+		line("ordering key", "%s (key seq %d: its place in the key's enqueue order)", row.OrderingKey, row.KeySeq)
 	}
 	if row.Topic != "" {
 		line("topic", "%s", row.Topic)

@@ -107,6 +107,8 @@ type leaseJSON struct {
 	Type       string    `json:"type,omitempty"`
 	TenantID   string    `json:"tenant_id,omitempty"`
 	Topic      string    `json:"topic,omitempty"`
+	// OrderingKey is the message's ordering key, when it has one.
+	OrderingKey string `json:"ordering_key,omitempty"`
 }
 
 // parkedJSON is one row a claim parked, in claim --json output.
@@ -176,6 +178,7 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 			out.Leases[i] = leaseJSON{
 				MessageID: l.Message.ID, Owner: l.Owner, Generation: l.Generation, Attempt: l.Attempt,
 				ExpiresAt: l.ExpiresAt, Type: l.Message.Type, TenantID: l.Message.TenantID, Topic: l.Message.Topic,
+				OrderingKey: l.Message.OrderingKey,
 			}
 		}
 		if note != "" {
@@ -189,9 +192,9 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "claimed %d %s messages for owner %q (lease %s)\n", len(leases), q, *owner, *lease)
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE ID\tGENERATION\tATTEMPT\tEXPIRES AT")
+	fmt.Fprintln(tw, "MESSAGE ID\tGENERATION\tATTEMPT\tEXPIRES AT\tORDERING KEY")
 	for _, l := range leases {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", l.Message.ID, l.Generation, l.Attempt, l.ExpiresAt.Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", l.Message.ID, l.Generation, l.Attempt, l.ExpiresAt.Format(time.RFC3339Nano), l.Message.OrderingKey)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

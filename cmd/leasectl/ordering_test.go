@@ -24,7 +24,7 @@ func TestOrderingCommands(t *testing.T) {
 	require.Len(t, enq.IDs, 3)
 
 	out = requireOK(t, "get", "--queue", "outbox", "--id", enq.IDs[1].String(), "--database-url", url)
-	require.Contains(t, out, "ordering key      order-7 (place 2 in its line)")
+	require.Contains(t, out, "ordering key      order-7 (key seq 2: its place in the key's enqueue order)")
 	require.Contains(t, out, "status            waiting")
 	var row rowJSON
 	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "get", "--queue", "outbox", "--id", enq.IDs[0].String(), "--json", "--database-url", url)), &row))
@@ -48,4 +48,12 @@ func TestOrderingCommands(t *testing.T) {
 
 	r = leasectl(t, "enqueue", "--queue", "outbox", "--ordering-key", "a\xffb", "--database-url", url)
 	require.Equal(t, 2, r.code, r.stderr)
+
+	// claim shows each lease's key; one message per key.
+	var claimed struct {
+		Leases []leaseJSON `json:"leases"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "claim", "--queue", "outbox", "--owner", "ops", "--lease", "1h", "--json", "--database-url", url)), &claimed))
+	require.Len(t, claimed.Leases, 1, "one message per key")
+	require.Equal(t, "order-7", claimed.Leases[0].OrderingKey)
 }
