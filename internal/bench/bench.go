@@ -396,18 +396,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		Drained: cfg.Messages + cfg.ExpiredLeases, Workers: cfg.Workers, BatchSize: cfg.BatchSize,
 		ExplainBatch: cfg.ExplainBatch, RegisteredTypes: !cfg.PlainPgx, OrderingKeys: cfg.OrderingKeys,
 	}
-	name, dbURL, err := createDatabase(ctx, cfg.AdminURL)
+	name, dbURL, drop, err := runDatabase(ctx, cfg)
 	if err != nil {
 		return res, err
 	}
 	res.Database, res.Kept = name, cfg.Keep
-	defer func() {
-		if !cfg.Keep {
-			if dropErr := dropDatabase(cfg.AdminURL, name); dropErr != nil && err == nil {
-				err = fmt.Errorf("bench: drop database %s: %w", name, dropErr)
-			}
-		}
-	}()
+	defer drop(&err)
 	err = run(ctx, cfg, dbURL, &res)
 	if err != nil {
 		return res, err

@@ -129,6 +129,24 @@ func dropDatabase(adminURL, name string) error {
 	return pgadmin.DropDatabase(adminURL, name)
 }
 
+// runDatabase creates the database of one bench run (createDatabase) and
+// returns with it the function the run defers: it drops the database
+// unless cfg.Keep, and sets *err to the drop's error when *err is nil.
+func runDatabase(ctx context.Context, cfg Config) (name, dbURL string, drop func(err *error), err error) {
+	name, dbURL, err = createDatabase(ctx, cfg.AdminURL)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return name, dbURL, func(err *error) {
+		if cfg.Keep {
+			return
+		}
+		if dropErr := dropDatabase(cfg.AdminURL, name); dropErr != nil && *err == nil {
+			*err = fmt.Errorf("bench: drop database %s: %w", name, dropErr)
+		}
+	}, nil
+}
+
 // fill loads the backlog shape of cfg into t, oldest first: terminal rows,
 // deferred rows (the FIFO head, not yet due), expired leases, due rows; then
 // VACUUM (ANALYZE), so that the drain starts from a table in service state,

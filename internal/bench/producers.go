@@ -128,18 +128,12 @@ func setTriggers(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, on bo
 // runProducers is Run in producer mode.
 func runProducers(ctx context.Context, cfg Config, out io.Writer) (res ProducerResult, err error) {
 	res = ProducerResult{Queue: string(cfg.Queue), Producers: cfg.Producers, PhaseSeconds: cfg.PhaseDuration.Seconds()}
-	name, dbURL, err := createDatabase(ctx, cfg.AdminURL)
+	name, dbURL, drop, err := runDatabase(ctx, cfg)
 	if err != nil {
 		return res, err
 	}
 	res.Database, res.Kept = name, cfg.Keep
-	defer func() {
-		if !cfg.Keep {
-			if dropErr := dropDatabase(cfg.AdminURL, name); dropErr != nil && err == nil {
-				err = fmt.Errorf("bench: drop database %s: %w", name, dropErr)
-			}
-		}
-	}()
+	defer drop(&err)
 	if err := producerPhases(ctx, cfg, dbURL, &res); err != nil {
 		return res, err
 	}
