@@ -31,9 +31,10 @@
 -- message vanish without a terminal state. No TRUNCATE, REFERENCES or
 -- TRIGGER, no access to leasestore_db_version, and no CREATE on the schema (the
 -- PostgreSQL 15 default for PUBLIC; this file does not change PUBLIC).
--- LISTEN needs no privilege, and the insert trigger's function
--- (leasestore_signal_work, migration 00009) is SECURITY DEFINER: the
--- inserting role needs no privilege on the signal's sequences.
+-- LISTEN needs no privilege. The insert trigger's WHEN clause reads the
+-- signal's sequences, which every role may SELECT (migration 00014), and
+-- its function (leasestore_signal_work, migration 00009) is SECURITY
+-- DEFINER: the inserting role needs no grant on the sequences.
 --
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
 -- Purge (leasectl purge), and set strict ordering (leasectl ordering). It

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -108,6 +109,51 @@ func TestWorkSignalRateLimited(t *testing.T) {
 			require.GreaterOrEqual(t, n, 1)
 			require.LessOrEqual(t, n, 2*budget+producers, "the signal keeps to its budget, with slack for races")
 			require.Less(t, n, producers*each, "the signal does not notify once per transaction")
+		})
+	}
+}
+
+// TestWorkSignalGateSkipsTheFunction: while the budget allows no
+// notification, the trigger's WHEN clause (migration 00014) keeps an
+// inserting statement from calling the signal function at all; once the
+// budget allows one, the next statement calls it. The calls are counted in
+// the transaction itself (pg_stat_get_xact_function_calls, with
+// track_functions on for it), so other sessions do not disturb the count.
+func TestWorkSignalGateSkipsTheFunction(t *testing.T) {
+	t.Parallel()
+	for _, q := range e2eQueues {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := e2eSetup(t, q)
+			conn := adminConn(t, b.url)
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, "SET LOCAL track_functions = 'pl'")
+			require.NoError(t, err)
+			seq := q.Table() + "_work_signal"
+			calls := func() int64 {
+				t.Helper()
+				var n int64
+				require.NoError(t, tx.QueryRow(ctx,
+					"SELECT coalesce(pg_stat_get_xact_function_calls('leasestore_signal_work()'::regprocedure), 0)").Scan(&n))
+				return n
+			}
+			// The budget spent: the next notification half a second ahead.
+			_, err = tx.Exec(ctx, "SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 500000)", seq)
+			require.NoError(t, err)
+			for i := range 20 {
+				_, err := b.store.EnqueueTx(ctx, tx, leasing.NewMessage{Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+				require.NoError(t, err)
+			}
+			require.Zero(t, calls(), "no statement calls the signal function while the budget allows no notification")
+			// The budget refilled: the next notification due a second ago.
+			_, err = tx.Exec(ctx, "SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1000000)", seq)
+			require.NoError(t, err)
+			_, err = b.store.EnqueueTx(ctx, tx, leasing.NewMessage{Payload: []byte(`{"n":20}`)})
+			require.NoError(t, err)
+			require.EqualValues(t, 1, calls(), "a statement the budget allows calls the signal function")
 		})
 	}
 }
