@@ -173,7 +173,7 @@ func TestDeadLetterAndGetBadInput(t *testing.T) {
 		{[]string{"dead-letter", "--queue", "inbox", "--id", "nope", "--reason", "x"}, "not a UUID"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--id", id, "--reason", "x"}, "give one --id"},
 		{[]string{"dead-letter", "--id", id, "--reason", "x"}, "--queue is required"},
-		{[]string{"dead-letter", "--queue", "inbox", "--id", uuid.Nil.String(), "--reason", "x"}, "--id is required"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", uuid.Nil.String(), "--reason", "x"}, "must not be the nil UUID"},
 		{[]string{"get", "--queue", "inbox"}, "--id is required"},
 		{[]string{"get", "--queue", "sideways", "--id", id}, "--queue must be inbox or outbox"},
 		{[]string{"get", "--queue", "inbox", "--id", id, "extra"}, `unexpected argument "extra"`},

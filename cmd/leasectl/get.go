@@ -25,14 +25,28 @@ func idFlag(fs *flag.FlagSet, usage string) *uuid.UUID {
 		if set {
 			return errors.New("give one --id")
 		}
-		parsed, err := uuid.Parse(s)
+		parsed, err := parseID(s)
 		if err != nil {
-			return errors.New("not a UUID")
+			return err
 		}
 		*id, set = parsed, true
 		return nil
 	})
 	return id
+}
+
+// parseID parses the value of an --id flag: a UUID other than the nil
+// UUID, which names no message (Enqueue gives a message a new id in its
+// place, and DeadLetterByID refuses it).
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	switch {
+	case err != nil:
+		return uuid.Nil, errors.New("not a UUID")
+	case id == uuid.Nil:
+		return uuid.Nil, errors.New("must not be the nil UUID")
+	}
+	return id, nil
 }
 
 // rowJSON is one message as get --json prints it. Times are the database

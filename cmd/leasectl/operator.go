@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,9 +21,9 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	var ids []uuid.UUID
 	fs.Func("id", "message `ID` to requeue; repeat for more, up to "+fmt.Sprint(leasing.MaxBatchSize), func(s string) error {
-		id, err := uuid.Parse(s)
+		id, err := parseID(s)
 		if err != nil {
-			return errors.New("not a UUID")
+			return err
 		}
 		ids = append(ids, id)
 		return nil
