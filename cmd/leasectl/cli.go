@@ -332,16 +332,3 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-// joinIDs formats up to max items and "…" when there are more.
-func joinIDs[T fmt.Stringer](ids []T, max int) string {
-	parts := make([]string, 0, max+1)
-	for i, id := range ids {
-		if i == max {
-			parts = append(parts, "…")
-			break
-		}
-		parts = append(parts, id.String())
-	}
-	return strings.Join(parts, ", ")
-}

@@ -501,11 +501,21 @@ func TestRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, written.Err())
 
-	out := requireOK(t, "requeue", "--queue", "inbox", "--id", pending.String(), "--database-url", url)
-	require.Contains(t, out, "requested 1, requeued 0")
-	require.Contains(t, out, pending.String())
+	// An id left alone is a failure, as get and dead-letter of a missing
+	// message are: exit 1, naming the id and why.
+	r := leasectl(t, "requeue", "--queue", "inbox", "--id", pending.String(), "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Equal(t, "requested 1, requeued 0\n", r.stdout)
+	require.Contains(t, r.stderr, "inbox message "+pending.String()+" is pending")
+	unknown := uuid.New()
+	r = leasectl(t, "requeue", "--queue", "inbox", "--id", unknown.String(), "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "inbox message "+unknown.String()+" not found")
+	row, err := store.Get(ctx, pending)
+	require.NoError(t, err)
+	require.Equal(t, leasing.StatusPending, row.Status)
 
-	out = requireOK(t, "requeue", "--queue", "outbox", "--all", "--database-url", url)
+	out := requireOK(t, "requeue", "--queue", "outbox", "--all", "--database-url", url)
 	require.Contains(t, out, "requested 0, requeued 0")
 
 	type requeueOut struct {
@@ -519,15 +529,20 @@ func TestRequeue(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "requeue", "--queue", "outbox", "--all", "--json", "--database-url", url)), &all))
 	require.Equal(t, requeueOut{Queue: "outbox", RequeuedIDs: []uuid.UUID{}, NotRequeued: []uuid.UUID{}}, all)
 
+	// The ids given that are dead-lettered are requeued beside those left
+	// alone; the output says which were which, and the exit status 1.
 	var got requeueOut
 	missing := uuid.New()
-	out = requireOK(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--id", missing.String(), "--json", "--database-url", url)
-	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	r = leasectl(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--id", missing.String(), "--json", "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
 	require.Equal(t, requeueOut{
 		Queue: "inbox", Requested: 3, Requeued: 1, RequeuedIDs: []uuid.UUID{dead}, NotRequeued: []uuid.UUID{pending, missing},
 	}, got, "the ids left alone are listed, in the order given")
-	require.Contains(t, out, `"not_requeued"`)
-	row, err := store.Get(ctx, dead)
+	require.Contains(t, r.stdout, `"not_requeued"`)
+	require.Contains(t, r.stderr, pending.String()+" is pending; inbox message "+missing.String()+" not found")
+	require.NotContains(t, r.stderr, dead.String())
+	row, err = store.Get(ctx, dead)
 	require.NoError(t, err)
 	require.Equal(t, leasing.StatusPending, row.Status)
 	require.Zero(t, row.AttemptCount)
