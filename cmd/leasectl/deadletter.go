@@ -28,7 +28,7 @@ func runDeadLetter(ctx context.Context, c *cli, args []string) error {
 		"published and dead-lettered messages are refused. 'leasectl requeue' undoes it.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	id := idFlag(fs, "message `ID` to dead-letter (required)")
-	reason := fs.String("reason", "", "why, for whoever triages the dead letters; stored as the last error (required)")
+	reason := fs.String("reason", "", "why, for whoever triages the dead letters, in UTF-8; stored as the last error (required)")
 	force := fs.Bool("force", false, "dead-letter even while a live lease holds the message, and fence that lease")
 	asJSON := fs.Bool("json", false, "print the history entry written as JSON")
 	if err := c.parse(fs, args); err != nil {

@@ -169,6 +169,8 @@ func TestDeadLetterAndGetBadInput(t *testing.T) {
 	}{
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id}, "--reason must not be blank"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "  "}, "--reason must not be blank"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "poison \xff"}, "--reason must be UTF-8 without NUL"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "\xc3"}, "--reason must be UTF-8 without NUL"},
 		{[]string{"dead-letter", "--queue", "inbox", "--reason", "x"}, "--id is required"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", "nope", "--reason", "x"}, "not a UUID"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--id", id, "--reason", "x"}, "give one --id"},
