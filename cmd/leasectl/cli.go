@@ -181,7 +181,10 @@ var argumentFlags = map[string]string{
 	"delay":          "--delay",
 	"payload":        "--payload",
 	"topic":          "--topic",
-	"message text":   "--type, --tenant and --topic",
+	"type":           "--type",
+	"tenant id":      "--tenant",
+	"ordering key":   "--ordering-key",
+	"message id":     "--id",
 	"message ids":    "--id",
 	"reason":         "--reason",
 }
