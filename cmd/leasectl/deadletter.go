@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -60,7 +61,7 @@ func runDeadLetter(ctx context.Context, c *cli, args []string) error {
 	if *asJSON {
 		return writeJSON(c.stdout, deadLetterJSON{Queue: q, MessageID: *id, Entry: entry})
 	}
-	fmt.Fprintf(c.stdout, "dead-lettered %s message %s after %d attempts\n", q, *id, entry.Attempt)
+	fmt.Fprintf(c.stdout, "dead-lettered %s message %s after %s\n", q, *id, plural.Count(entry.Attempt, "attempt", "attempts"))
 	switch {
 	case entry.Forced:
 		fmt.Fprintf(c.stdout, "fenced the live lease of %q (generation %d): its writes are refused from now on\n", entry.Owner, entry.Generation)

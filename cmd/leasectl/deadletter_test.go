@@ -112,7 +112,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Empty(t, row.Attempts)
 
 		out := requireOK(t, append(args, "--force")...)
-		require.Contains(t, out, "dead-lettered "+string(q)+" message "+id.String()+" after 1 attempts")
+		require.Contains(t, out, "dead-lettered "+string(q)+" message "+id.String()+" after 1 attempt\n")
 		require.Contains(t, out, `fenced the live lease of "worker-a" (generation 1)`)
 		res, err := store.Complete(t.Context(), held)
 		require.NoError(t, err)
@@ -136,6 +136,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Equal(t, "poison: ticket 42", entry.Error)
 		text := requireOK(t, "get", "--queue", string(q), "--id", id.String(), "--database-url", url)
 		require.Regexp(t, `1 +dead_lettered \(operator\) \(forced\) +worker-a#1 .* poison: ticket 42`, text)
+		require.Contains(t, text, "history: 1 finished attempt, oldest first")
 
 		r = leasectl(t, args...)
 		require.Equal(t, 1, r.code)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -171,7 +172,8 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 		fmt.Fprintln(w, "\nno finished attempts yet")
 		return nil
 	}
-	fmt.Fprintf(w, "\nhistory: %d finished attempts, oldest first (at most %d are kept)\n", len(row.Attempts), leasing.AttemptHistoryLimit)
+	fmt.Fprintf(w, "\nhistory: %s, oldest first (at most %d are kept)\n",
+		plural.Count(len(row.Attempts), "finished attempt", "finished attempts"), leasing.AttemptHistoryLimit)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tLEASE\tCLAIMED AT\tFINISHED AT\tERROR")
 	for _, a := range row.Attempts {

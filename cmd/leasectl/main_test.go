@@ -376,6 +376,8 @@ func TestEnqueueStats(t *testing.T) {
 	require.Equal(t, "t1", row.TenantID)
 	require.Equal(t, "order.placed", row.Type)
 	require.Equal(t, `{"n":1}`, string(row.Payload))
+	out = requireOK(t, "enqueue", "--queue", "inbox", "--database-url", url)
+	require.Equal(t, "enqueued 1 inbox message (due now)\n", out)
 
 	// More than one batch: leasing.MaxBatchSize + 1 messages, delayed.
 	out = requireOK(t, "enqueue", "--queue", "outbox", "--count", fmt.Sprint(leasing.MaxBatchSize+1),
@@ -384,7 +386,7 @@ func TestEnqueueStats(t *testing.T) {
 
 	st := stats(t, url)
 	require.Equal(t, map[string]int64{
-		"pending": 3, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
+		"pending": 4, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
 	}, st["inbox"].Depth)
 	require.Equal(t, map[string]int64{
 		"pending": int64(leasing.MaxBatchSize + 1), "publishing": 0, "published": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
@@ -399,7 +401,7 @@ func TestEnqueueStats(t *testing.T) {
 
 	text := requireOK(t, "stats", "--database-url", url)
 	require.Regexp(t, `(?m)^inbox$`, text)
-	require.Regexp(t, `(?m)^  pending +3$`, text)
+	require.Regexp(t, `(?m)^  pending +4$`, text)
 	require.Regexp(t, `(?m)^  dead_lettered +0$`, text)
 	require.Contains(t, text, "expired leases")
 	require.Contains(t, text, "oldest due age")
@@ -444,7 +446,7 @@ func TestClaim(t *testing.T) {
 	}
 
 	out := requireOK(t, "claim", "--queue", "inbox", "--owner", "ops-2", "--tenant", "t2", "--database-url", url)
-	require.Contains(t, out, `claimed 1 inbox messages for owner "ops-2"`)
+	require.Contains(t, out, `claimed 1 inbox message for owner "ops-2"`)
 	require.Contains(t, out, "MESSAGE ID")
 	require.Contains(t, out, "expire")
 
@@ -590,7 +592,7 @@ func TestPurge(t *testing.T) {
 	require.Equal(t, int64(2), st["pending"], "active rows are never purged")
 
 	out = requireOK(t, "purge", "--queue", "inbox", "--older-than", "1us", "--include-dead-lettered", "--database-url", url)
-	require.Contains(t, out, "purged 1 ")
+	require.Contains(t, out, "purged 1 finished and dead-lettered inbox message older than 1µs")
 	st = stats(t, url)["inbox"].Depth
 	require.Equal(t, int64(0), st["dead_lettered"])
 	require.Equal(t, int64(2), st["pending"])

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -161,7 +162,7 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 			if batches == 0 {
 				return c.storeError(err)
 			}
-			return fmt.Errorf("after deleting %d messages: %w", total, c.storeError(err))
+			return fmt.Errorf("after deleting %s: %w", plural.Count(total, "message", "messages"), c.storeError(err))
 		}
 		total += n
 		batches++
@@ -175,7 +176,8 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	if *includeDead {
 		kinds = "finished and dead-lettered"
 	}
-	fmt.Fprintf(c.stdout, "purged %d %s %s messages older than %s\n", total, kinds, q, *olderThan)
+	noun := fmt.Sprintf("%s %s message", kinds, q)
+	fmt.Fprintf(c.stdout, "purged %s older than %s\n", plural.Count(total, noun, noun+"s"), *olderThan)
 	return nil
 }
 
@@ -203,13 +205,13 @@ func (p *progress) update(deleted, batches int) {
 		// Redraw at most 20 times a second; the final count comes from finish.
 		if now := time.Now(); now.Sub(p.last) >= 50*time.Millisecond {
 			p.last = now
-			fmt.Fprintf(p.w, "\r%s: %d deleted in %d batches", p.label, deleted, batches)
+			fmt.Fprintf(p.w, "\r%s: %d deleted in %s", p.label, deleted, plural.Count(batches, "batch", "batches"))
 			p.shown = true
 		}
 		return
 	}
 	if batches%progressEvery == 0 {
-		fmt.Fprintf(p.w, "%s: %d deleted in %d batches\n", p.label, deleted, batches)
+		fmt.Fprintf(p.w, "%s: %d deleted in %s\n", p.label, deleted, plural.Count(batches, "batch", "batches"))
 	}
 }
 
