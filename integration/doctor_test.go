@@ -126,7 +126,7 @@ func TestDoctor(t *testing.T) {
 		require.True(t, hasProblem(rep.Problems, "has held a snapshot"), rep.Problems)
 		in := rep.Queues[0]
 		require.Equal(t, int64(1), in.ExpiredLeases)
-		require.True(t, hasProblem(in.Warnings, "leases expired"), in.Warnings)
+		require.True(t, hasProblem(in.Warnings, "1 lease expired and is not reclaimed yet"), in.Warnings)
 		require.True(t, hasProblem(in.Problems, "has been due for more than"), in.Problems)
 		require.NoError(t, tx.Rollback(ctx))
 	})

@@ -20,8 +20,10 @@ type DeadLetterByIDRequest struct {
 	// ID is the message to dead-letter.
 	ID uuid.UUID
 	// Reason is why, for whoever triages the dead letters: stored as the
-	// row's last error (sanitized like Failure.Error) and in the history
-	// entry (cut to MaxAttemptErrorBytes). Must not be blank.
+	// row's last error (cut to MaxErrorBytes like Failure.Error) and in the
+	// history entry (cut to MaxAttemptErrorBytes). UTF-8 without NUL, not
+	// blank: unlike Failure.Error, which is sanitized, a bad reason is
+	// refused.
 	Reason string
 	// Force dead-letters the message even while a live (unexpired) lease
 	// holds it. That lease is fenced: its holder's later writes report
@@ -36,6 +38,9 @@ func (r DeadLetterByIDRequest) validate() error {
 	}
 	if strings.TrimSpace(r.Reason) == "" {
 		return argumentError("reason", "must not be blank")
+	}
+	if !validText(r.Reason) {
+		return argumentError("reason", "must be UTF-8 without NUL")
 	}
 	return nil
 }
@@ -77,7 +82,8 @@ func (e *LeaseHeldError) Is(target error) bool { return target == ErrLeaseHeld }
 //
 // Returns the history entry written (times database clock, UTC).
 //
-// Errors: an *ArgumentError for a nil id or a blank reason (nothing sent);
+// Errors: an *ArgumentError for a nil id, or a reason that is blank, not
+// UTF-8 or holds NUL (nothing sent);
 // ErrNotFound when the queue holds no such message; ErrAlreadyTerminal when
 // it is completed, published or already dead-lettered; a *LeaseHeldError
 // (errors.Is ErrLeaseHeld) when a live lease holds it and r.Force is false;

@@ -74,3 +74,29 @@ func TestMemoryLoadRejectsUnknownStatus(t *testing.T) {
 	err = store.Load(leasing.Row{Message: leasing.Message{ID: uuid.New()}, Status: leasing.StatusProcessing})
 	require.ErrorIs(t, err, leasing.ErrInvalidArgument, "processing is an inbox status")
 }
+
+// TestEnqueueArgumentErrorNamesTheField: each text field of NewMessage
+// that is not UTF-8, or holds NUL, is named by the *ArgumentError.
+func TestEnqueueArgumentErrorNamesTheField(t *testing.T) {
+	t.Parallel()
+	for field, msg := range map[string]leasing.NewMessage{
+		"type":            {Type: "\xff"},
+		"tenant id":       {TenantID: "t\x00"},
+		"idempotency key": {IdempotencyKey: "\xc3"},
+		"ordering key":    {OrderingKey: "k\xff"},
+	} {
+		store, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
+		require.NoError(t, err)
+		_, err = store.Enqueue(context.Background(), leasing.NewMessage{}, msg)
+		var ae *leasing.ArgumentError
+		require.ErrorAs(t, err, &ae, field)
+		require.Equal(t, field, ae.Field)
+		require.Contains(t, ae.Reason, "(message 1)", field)
+	}
+	store, err := leasing.NewMemory(leasing.Outbox, leasing.MemoryOptions{})
+	require.NoError(t, err)
+	_, err = store.Enqueue(context.Background(), leasing.NewMessage{Topic: "orders\x00"})
+	var ae *leasing.ArgumentError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, "topic", ae.Field)
+}

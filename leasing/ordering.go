@@ -18,11 +18,11 @@ import (
 func validateOrderingKey(i int, key string) error {
 	switch {
 	case len(key) > MaxOrderingKeyBytes:
-		return argumentError("ordering key", "message %d: must be at most %d bytes, got %d", i, MaxOrderingKeyBytes, len(key))
+		return argumentError("ordering key", "must be at most %d bytes, got %d (message %d)", MaxOrderingKeyBytes, len(key), i)
 	case !utf8.ValidString(key):
-		return argumentError("ordering key", "message %d: must be valid UTF-8", i)
+		return argumentError("ordering key", "must be valid UTF-8 (message %d)", i)
 	case !validText(key):
-		return argumentError("ordering key", "message %d: must not contain NUL", i)
+		return argumentError("ordering key", "must not contain NUL (message %d)", i)
 	}
 	return nil
 }

@@ -170,7 +170,7 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 	for i, m := range msgs {
 		switch {
 		case len(m.Payload) > MaxPayloadBytes:
-			return nil, argumentError("payload", "message %d has %d bytes, more than %d", i, len(m.Payload), MaxPayloadBytes)
+			return nil, argumentError("payload", "must be at most %d bytes, got %d (message %d)", MaxPayloadBytes, len(m.Payload), i)
 		case q == Outbox && m.IdempotencyKey != "":
 			return nil, argumentError("idempotency key", "is an inbox field; message %d is for the outbox", i)
 		case q == Inbox && m.Topic != "":
@@ -178,9 +178,11 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 		case len(m.Headers) > 0 && !isJSONObject(m.Headers):
 			return nil, argumentError("headers", "message %d: must be a JSON object", i)
 		}
-		for _, text := range []string{m.Type, m.TenantID, m.IdempotencyKey, m.Topic} {
-			if !validText(text) {
-				return nil, argumentError("message text", "message %d: type, tenant, key and topic must be UTF-8 without NUL", i)
+		for _, f := range [...]struct{ field, text string }{
+			{"type", m.Type}, {"tenant id", m.TenantID}, {"idempotency key", m.IdempotencyKey}, {"topic", m.Topic},
+		} {
+			if !validText(f.text) {
+				return nil, argumentError(f.field, "must be UTF-8 without NUL (message %d)", i)
 			}
 		}
 		if err := validateOrderingKey(i, m.OrderingKey); err != nil {

@@ -181,7 +181,10 @@ var argumentFlags = map[string]string{
 	"delay":          "--delay",
 	"payload":        "--payload",
 	"topic":          "--topic",
-	"message text":   "--type, --tenant and --topic",
+	"type":           "--type",
+	"tenant id":      "--tenant",
+	"ordering key":   "--ordering-key",
+	"message id":     "--id",
 	"message ids":    "--id",
 	"reason":         "--reason",
 }
@@ -331,17 +334,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// joinIDs formats up to max items and "…" when there are more.
-func joinIDs[T fmt.Stringer](ids []T, max int) string {
-	parts := make([]string, 0, max+1)
-	for i, id := range ids {
-		if i == max {
-			parts = append(parts, "…")
-			break
-		}
-		parts = append(parts, id.String())
-	}
-	return strings.Join(parts, ", ")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -28,7 +29,7 @@ func runDeadLetter(ctx context.Context, c *cli, args []string) error {
 		"published and dead-lettered messages are refused. 'leasectl requeue' undoes it.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	id := idFlag(fs, "message `ID` to dead-letter (required)")
-	reason := fs.String("reason", "", "why, for whoever triages the dead letters; stored as the last error (required)")
+	reason := fs.String("reason", "", "why, for whoever triages the dead letters, in UTF-8; stored as the last error (required)")
 	force := fs.Bool("force", false, "dead-letter even while a live lease holds the message, and fence that lease")
 	asJSON := fs.Bool("json", false, "print the history entry written as JSON")
 	if err := c.parse(fs, args); err != nil {
@@ -60,7 +61,7 @@ func runDeadLetter(ctx context.Context, c *cli, args []string) error {
 	if *asJSON {
 		return writeJSON(c.stdout, deadLetterJSON{Queue: q, MessageID: *id, Entry: entry})
 	}
-	fmt.Fprintf(c.stdout, "dead-lettered %s message %s after %d attempts\n", q, *id, entry.Attempt)
+	fmt.Fprintf(c.stdout, "dead-lettered %s message %s after %s\n", q, *id, plural.Count(entry.Attempt, "attempt", "attempts"))
 	switch {
 	case entry.Forced:
 		fmt.Fprintf(c.stdout, "fenced the live lease of %q (generation %d): its writes are refused from now on\n", entry.Owner, entry.Generation)

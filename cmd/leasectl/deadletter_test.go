@@ -112,7 +112,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Empty(t, row.Attempts)
 
 		out := requireOK(t, append(args, "--force")...)
-		require.Contains(t, out, "dead-lettered "+string(q)+" message "+id.String()+" after 1 attempts")
+		require.Contains(t, out, "dead-lettered "+string(q)+" message "+id.String()+" after 1 attempt\n")
 		require.Contains(t, out, `fenced the live lease of "worker-a" (generation 1)`)
 		res, err := store.Complete(t.Context(), held)
 		require.NoError(t, err)
@@ -136,6 +136,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Equal(t, "poison: ticket 42", entry.Error)
 		text := requireOK(t, "get", "--queue", string(q), "--id", id.String(), "--database-url", url)
 		require.Regexp(t, `1 +dead_lettered \(operator\) \(forced\) +worker-a#1 .* poison: ticket 42`, text)
+		require.Contains(t, text, "history: 1 finished attempt, oldest first")
 
 		r = leasectl(t, args...)
 		require.Equal(t, 1, r.code)
@@ -169,11 +170,13 @@ func TestDeadLetterAndGetBadInput(t *testing.T) {
 	}{
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id}, "--reason must not be blank"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "  "}, "--reason must not be blank"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "poison \xff"}, "--reason must be UTF-8 without NUL"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--reason", "\xc3"}, "--reason must be UTF-8 without NUL"},
 		{[]string{"dead-letter", "--queue", "inbox", "--reason", "x"}, "--id is required"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", "nope", "--reason", "x"}, "not a UUID"},
 		{[]string{"dead-letter", "--queue", "inbox", "--id", id, "--id", id, "--reason", "x"}, "give one --id"},
 		{[]string{"dead-letter", "--id", id, "--reason", "x"}, "--queue is required"},
-		{[]string{"dead-letter", "--queue", "inbox", "--id", uuid.Nil.String(), "--reason", "x"}, "--id is required"},
+		{[]string{"dead-letter", "--queue", "inbox", "--id", uuid.Nil.String(), "--reason", "x"}, "must not be the nil UUID"},
 		{[]string{"get", "--queue", "inbox"}, "--id is required"},
 		{[]string{"get", "--queue", "sideways", "--id", id}, "--queue must be inbox or outbox"},
 		{[]string{"get", "--queue", "inbox", "--id", id, "extra"}, `unexpected argument "extra"`},

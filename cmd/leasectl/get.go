@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -25,14 +26,28 @@ func idFlag(fs *flag.FlagSet, usage string) *uuid.UUID {
 		if set {
 			return errors.New("give one --id")
 		}
-		parsed, err := uuid.Parse(s)
+		parsed, err := parseID(s)
 		if err != nil {
-			return errors.New("not a UUID")
+			return err
 		}
 		*id, set = parsed, true
 		return nil
 	})
 	return id
+}
+
+// parseID parses the value of an --id flag: a UUID other than the nil
+// UUID, which names no message (Enqueue gives a message a new id in its
+// place, and DeadLetterByID refuses it).
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	switch {
+	case err != nil:
+		return uuid.Nil, errors.New("not a UUID")
+	case id == uuid.Nil:
+		return uuid.Nil, errors.New("must not be the nil UUID")
+	}
+	return id, nil
 }
 
 // rowJSON is one message as get --json prints it. Times are the database
@@ -157,7 +172,8 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 		fmt.Fprintln(w, "\nno finished attempts yet")
 		return nil
 	}
-	fmt.Fprintf(w, "\nhistory: %d finished attempts, oldest first (at most %d are kept)\n", len(row.Attempts), leasing.AttemptHistoryLimit)
+	fmt.Fprintf(w, "\nhistory: %s, oldest first (at most %d are kept)\n",
+		plural.Count(len(row.Attempts), "finished attempt", "finished attempts"), leasing.AttemptHistoryLimit)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tLEASE\tCLAIMED AT\tFINISHED AT\tERROR")
 	for _, a := range row.Attempts {

@@ -162,6 +162,12 @@ var badFlagCases = []struct {
 	{"EnqueueCountNotANumber", []string{"enqueue", "--queue", "inbox", "--count", "x"}, "-count"},
 	{"EnqueueNegativeDelay", []string{"enqueue", "--queue", "inbox", "--delay", "-1s"}, "--delay"},
 	{"EnqueueTopicOnInbox", []string{"enqueue", "--queue", "inbox", "--topic", "t"}, "--topic"},
+	{"EnqueueTypeNotUTF8", []string{"enqueue", "--queue", "inbox", "--type", "order\xff"}, "--type must be UTF-8 without NUL"},
+	{"EnqueueTenantWithNUL", []string{"enqueue", "--queue", "inbox", "--tenant", "t\x00"}, "--tenant must be UTF-8 without NUL"},
+	{"EnqueueTopicNotUTF8", []string{"enqueue", "--queue", "outbox", "--topic", "\xc3"}, "--topic must be UTF-8 without NUL"},
+	{"EnqueueOrderingKeyTooLong", []string{"enqueue", "--queue", "inbox", "--ordering-key", strings.Repeat("k", leasing.MaxOrderingKeyBytes+1)}, "--ordering-key must be at most 256 bytes, got 257"},
+	{"EnqueueOrderingKeyNotUTF8", []string{"enqueue", "--queue", "outbox", "--ordering-key", "k\xff"}, "--ordering-key must be valid UTF-8"},
+	{"EnqueueOrderingKeyWithNUL", []string{"enqueue", "--queue", "inbox", "--ordering-key", "k\x00"}, "--ordering-key must not contain NUL"},
 	{"EnqueueUnknownFlag", []string{"enqueue", "--queue", "inbox", "--colour", "red"}, "-colour"},
 	{"EnqueueExtraArgument", []string{"enqueue", "--queue", "inbox", "extra"}, `unexpected argument "extra"`},
 	{"ClaimBatchZero", []string{"claim", "--queue", "inbox", "--owner", "ops", "--batch", "0"}, "--batch"},
@@ -171,6 +177,7 @@ var badFlagCases = []struct {
 	{"ClaimNoOwner", []string{"claim", "--queue", "inbox", "--batch", "1"}, "--owner"},
 	{"ClaimEmptyOwner", []string{"claim", "--queue", "inbox", "--owner", ""}, "--owner"},
 	{"ClaimUnknownQueue", []string{"claim", "--queue", "Inbox", "--owner", "ops"}, "inbox or outbox"},
+	{"ClaimTenantNotUTF8", []string{"claim", "--queue", "inbox", "--owner", "ops", "--tenant", "\xff"}, "--tenant must be UTF-8 without NUL"},
 	{"StatsUnknownQueue", []string{"stats", "--queue", "x"}, "inbox or outbox"},
 	{"StatsExtraArgument", []string{"stats", "now"}, "unexpected argument"},
 	{"RequeueNeither", []string{"requeue", "--queue", "inbox"}, "--id ID (repeatable) or --all"},
@@ -178,6 +185,9 @@ var badFlagCases = []struct {
 	{"RequeueBadID", []string{"requeue", "--queue", "inbox", "--id", "42"}, "not a UUID"},
 	{"RequeueSameIDTwice", []string{"requeue", "--queue", "inbox", "--id", "0190a3c4-0000-7000-8000-000000000001", "--id", "0190a3c4-0000-7000-8000-000000000001"}, "appears twice"},
 	{"RequeueNoQueue", []string{"requeue", "--all"}, "--queue is required"},
+	{"RequeueNilID", []string{"requeue", "--queue", "inbox", "--id", uuid.Nil.String()}, "must not be the nil UUID"},
+	{"RequeueNilIDAmongOthers", []string{"requeue", "--queue", "outbox", "--id", "0190a3c4-0000-7000-8000-000000000001", "--id", uuid.Nil.String()}, "must not be the nil UUID"},
+	{"GetNilID", []string{"get", "--queue", "inbox", "--id", uuid.Nil.String()}, "must not be the nil UUID"},
 	{"PurgeNoOlderThan", []string{"purge", "--queue", "inbox"}, "--older-than"},
 	{"PurgeBatchZero", []string{"purge", "--queue", "inbox", "--older-than", "1h", "--batch", "0"}, "--batch"},
 	{"MigrateNoAction", []string{"migrate"}, "up, down or status"},
@@ -366,6 +376,8 @@ func TestEnqueueStats(t *testing.T) {
 	require.Equal(t, "t1", row.TenantID)
 	require.Equal(t, "order.placed", row.Type)
 	require.Equal(t, `{"n":1}`, string(row.Payload))
+	out = requireOK(t, "enqueue", "--queue", "inbox", "--database-url", url)
+	require.Equal(t, "enqueued 1 inbox message (due now)\n", out)
 
 	// More than one batch: leasing.MaxBatchSize + 1 messages, delayed.
 	out = requireOK(t, "enqueue", "--queue", "outbox", "--count", fmt.Sprint(leasing.MaxBatchSize+1),
@@ -374,7 +386,7 @@ func TestEnqueueStats(t *testing.T) {
 
 	st := stats(t, url)
 	require.Equal(t, map[string]int64{
-		"pending": 3, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
+		"pending": 4, "processing": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
 	}, st["inbox"].Depth)
 	require.Equal(t, map[string]int64{
 		"pending": int64(leasing.MaxBatchSize + 1), "publishing": 0, "published": 0, "failed": 0, "dead_lettered": 0, "waiting": 0,
@@ -389,7 +401,7 @@ func TestEnqueueStats(t *testing.T) {
 
 	text := requireOK(t, "stats", "--database-url", url)
 	require.Regexp(t, `(?m)^inbox$`, text)
-	require.Regexp(t, `(?m)^  pending +3$`, text)
+	require.Regexp(t, `(?m)^  pending +4$`, text)
 	require.Regexp(t, `(?m)^  dead_lettered +0$`, text)
 	require.Contains(t, text, "expired leases")
 	require.Contains(t, text, "oldest due age")
@@ -434,7 +446,7 @@ func TestClaim(t *testing.T) {
 	}
 
 	out := requireOK(t, "claim", "--queue", "inbox", "--owner", "ops-2", "--tenant", "t2", "--database-url", url)
-	require.Contains(t, out, `claimed 1 inbox messages for owner "ops-2"`)
+	require.Contains(t, out, `claimed 1 inbox message for owner "ops-2"`)
 	require.Contains(t, out, "MESSAGE ID")
 	require.Contains(t, out, "expire")
 
@@ -498,11 +510,21 @@ func TestRequeue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, written.Err())
 
-	out := requireOK(t, "requeue", "--queue", "inbox", "--id", pending.String(), "--database-url", url)
-	require.Contains(t, out, "requested 1, requeued 0")
-	require.Contains(t, out, pending.String())
+	// An id left alone is a failure, as get and dead-letter of a missing
+	// message are: exit 1, naming the id and why.
+	r := leasectl(t, "requeue", "--queue", "inbox", "--id", pending.String(), "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Equal(t, "requested 1, requeued 0\n", r.stdout)
+	require.Contains(t, r.stderr, "inbox message "+pending.String()+" is pending")
+	unknown := uuid.New()
+	r = leasectl(t, "requeue", "--queue", "inbox", "--id", unknown.String(), "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "inbox message "+unknown.String()+" not found")
+	row, err := store.Get(ctx, pending)
+	require.NoError(t, err)
+	require.Equal(t, leasing.StatusPending, row.Status)
 
-	out = requireOK(t, "requeue", "--queue", "outbox", "--all", "--database-url", url)
+	out := requireOK(t, "requeue", "--queue", "outbox", "--all", "--database-url", url)
 	require.Contains(t, out, "requested 0, requeued 0")
 
 	type requeueOut struct {
@@ -516,15 +538,20 @@ func TestRequeue(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "requeue", "--queue", "outbox", "--all", "--json", "--database-url", url)), &all))
 	require.Equal(t, requeueOut{Queue: "outbox", RequeuedIDs: []uuid.UUID{}, NotRequeued: []uuid.UUID{}}, all)
 
+	// The ids given that are dead-lettered are requeued beside those left
+	// alone; the output says which were which, and the exit status 1.
 	var got requeueOut
 	missing := uuid.New()
-	out = requireOK(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--id", missing.String(), "--json", "--database-url", url)
-	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	r = leasectl(t, "requeue", "--queue", "inbox", "--id", dead.String(), "--id", pending.String(), "--id", missing.String(), "--json", "--database-url", url)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
 	require.Equal(t, requeueOut{
 		Queue: "inbox", Requested: 3, Requeued: 1, RequeuedIDs: []uuid.UUID{dead}, NotRequeued: []uuid.UUID{pending, missing},
 	}, got, "the ids left alone are listed, in the order given")
-	require.Contains(t, out, `"not_requeued"`)
-	row, err := store.Get(ctx, dead)
+	require.Contains(t, r.stdout, `"not_requeued"`)
+	require.Contains(t, r.stderr, pending.String()+" is pending; inbox message "+missing.String()+" not found")
+	require.NotContains(t, r.stderr, dead.String())
+	row, err = store.Get(ctx, dead)
 	require.NoError(t, err)
 	require.Equal(t, leasing.StatusPending, row.Status)
 	require.Zero(t, row.AttemptCount)
@@ -565,7 +592,7 @@ func TestPurge(t *testing.T) {
 	require.Equal(t, int64(2), st["pending"], "active rows are never purged")
 
 	out = requireOK(t, "purge", "--queue", "inbox", "--older-than", "1us", "--include-dead-lettered", "--database-url", url)
-	require.Contains(t, out, "purged 1 ")
+	require.Contains(t, out, "purged 1 finished and dead-lettered inbox message older than 1µs")
 	st = stats(t, url)["inbox"].Depth
 	require.Equal(t, int64(0), st["dead_lettered"])
 	require.Equal(t, int64(2), st["pending"])

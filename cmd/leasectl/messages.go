@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -60,7 +61,7 @@ func runEnqueue(ctx context.Context, c *cli, args []string) error {
 	if *delay > 0 {
 		due = "due in " + delay.String()
 	}
-	fmt.Fprintf(c.stdout, "enqueued %d %s messages (%s)\n", len(ids), q, due)
+	fmt.Fprintf(c.stdout, "enqueued %s (%s)\n", plural.Count(len(ids), string(q)+" message", string(q)+" messages"), due)
 	return nil
 }
 
@@ -79,7 +80,7 @@ func enqueueMany(ctx context.Context, store leasing.Store, count int, msg func(i
 		res, err := store.Enqueue(ctx, batch...)
 		if err != nil {
 			if len(ids) > 0 {
-				return ids, fmt.Errorf("%d of %d messages were enqueued before: %w", len(ids), count, err)
+				return ids, fmt.Errorf("enqueued %d of the %d messages before: %w", len(ids), count, err)
 			}
 			return ids, err
 		}
@@ -190,7 +191,7 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(c.stdout, "no due %s messages to claim\n", q)
 		return nil
 	}
-	fmt.Fprintf(c.stdout, "claimed %d %s messages for owner %q (lease %s)\n", len(leases), q, *owner, *lease)
+	fmt.Fprintf(c.stdout, "claimed %s for owner %q (lease %s)\n", plural.Count(len(leases), string(q)+" message", string(q)+" messages"), *owner, *lease)
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MESSAGE ID\tGENERATION\tATTEMPT\tEXPIRES AT\tORDERING KEY")
 	for _, l := range leases {

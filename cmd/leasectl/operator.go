@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -18,13 +20,14 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("requeue", "--queue inbox|outbox (--id ID ... | --all) [--json]\n\n"+
 		"Moves dead-lettered messages back to pending, due at once, with the attempt count\n"+
 		"0 and lease and last error cleared; the attempt history is kept. Messages in any\n"+
-		"other state are left alone.")
+		"other state are left alone: when --id names one, or one the queue does not hold,\n"+
+		"requeue says which and exits 1 after requeueing the others.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	var ids []uuid.UUID
 	fs.Func("id", "message `ID` to requeue; repeat for more, up to "+fmt.Sprint(leasing.MaxBatchSize), func(s string) error {
-		id, err := uuid.Parse(s)
+		id, err := parseID(s)
 		if err != nil {
-			return errors.New("not a UUID")
+			return err
 		}
 		ids = append(ids, id)
 		return nil
@@ -61,19 +64,52 @@ func runRequeue(ctx context.Context, c *cli, args []string) error {
 	}
 	left := notRequeued(ids, res.Requeued)
 	if *asJSON {
-		return writeJSON(c.stdout, struct {
+		err = writeJSON(c.stdout, struct {
 			Queue       leasing.Queue `json:"queue"`
 			Requested   int           `json:"requested"`
 			Requeued    int           `json:"requeued"`
 			RequeuedIDs []uuid.UUID   `json:"requeued_ids"`
 			NotRequeued []uuid.UUID   `json:"not_requeued"`
 		}{q, res.Requested, len(res.Requeued), res.Requeued, left})
+	} else {
+		_, err = fmt.Fprintf(c.stdout, "requested %d, requeued %d\n", res.Requested, len(res.Requeued))
 	}
-	fmt.Fprintf(c.stdout, "requested %d, requeued %d\n", res.Requested, len(res.Requeued))
-	if len(left) > 0 {
-		fmt.Fprintf(c.stdout, "left alone (not dead-lettered, or no such message): %s\n", joinIDs(left, 10))
+	if err != nil {
+		return err
 	}
-	return nil
+	return leftAlone(ctx, store, left)
+}
+
+// leftAloneShown is how many ids left alone a requeue error names.
+const leftAloneShown = 10
+
+// leftAlone returns nil when left is empty, else the error of a requeue by
+// id that left the messages left alone: exit status 1, like get and
+// dead-letter of a message the queue does not hold. Requeue reports only
+// the ids it requeued, so the error reads the first leftAloneShown of left
+// again to say, for each, whether the queue holds it and in what status
+// (which may have changed since the requeue).
+func leftAlone(ctx context.Context, store *leasing.Postgres, left []uuid.UUID) error {
+	if len(left) == 0 {
+		return nil
+	}
+	why := make([]string, 0, leftAloneShown+1)
+	for i, id := range left {
+		if i == leftAloneShown {
+			why = append(why, fmt.Sprintf("and %d more", len(left)-i))
+			break
+		}
+		row, err := store.Get(ctx, id)
+		switch {
+		case errors.Is(err, leasing.ErrNotFound):
+			why = append(why, fmt.Sprintf("%s message %s not found", store.Queue(), id))
+		case err != nil:
+			why = append(why, fmt.Sprintf("%s message %s not dead-lettered, or not found", store.Queue(), id))
+		default:
+			why = append(why, fmt.Sprintf("%s message %s is %s", store.Queue(), id, row.Status))
+		}
+	}
+	return fmt.Errorf("only dead-lettered messages are requeued, and these were left alone: %s", strings.Join(why, "; "))
 }
 
 // notRequeued returns the ids of asked, in order, that requeued lacks: the
@@ -126,7 +162,7 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 			if batches == 0 {
 				return c.storeError(err)
 			}
-			return fmt.Errorf("after deleting %d messages: %w", total, c.storeError(err))
+			return fmt.Errorf("after deleting %s: %w", plural.Count(total, "message", "messages"), c.storeError(err))
 		}
 		total += n
 		batches++
@@ -140,7 +176,8 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	if *includeDead {
 		kinds = "finished and dead-lettered"
 	}
-	fmt.Fprintf(c.stdout, "purged %d %s %s messages older than %s\n", total, kinds, q, *olderThan)
+	noun := fmt.Sprintf("%s %s message", kinds, q)
+	fmt.Fprintf(c.stdout, "purged %s older than %s\n", plural.Count(total, noun, noun+"s"), *olderThan)
 	return nil
 }
 
@@ -168,13 +205,13 @@ func (p *progress) update(deleted, batches int) {
 		// Redraw at most 20 times a second; the final count comes from finish.
 		if now := time.Now(); now.Sub(p.last) >= 50*time.Millisecond {
 			p.last = now
-			fmt.Fprintf(p.w, "\r%s: %d deleted in %d batches", p.label, deleted, batches)
+			fmt.Fprintf(p.w, "\r%s: %d deleted in %s", p.label, deleted, plural.Count(batches, "batch", "batches"))
 			p.shown = true
 		}
 		return
 	}
 	if batches%progressEvery == 0 {
-		fmt.Fprintf(p.w, "%s: %d deleted in %d batches\n", p.label, deleted, batches)
+		fmt.Fprintf(p.w, "%s: %d deleted in %s\n", p.label, deleted, plural.Count(batches, "batch", "batches"))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/internal/explain"
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -557,7 +558,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 					return err
 				}
 				if n > 0 {
-					keyed.Verified, keyed.Problem = false, fmt.Sprintf("%d messages completed before the message ahead of them in their key", n)
+					keyed.Verified, keyed.Problem = false, plural.Count(n, "message", "messages")+" completed before the message ahead of them in their key"
 				}
 			}
 			round.Keyed = &keyed

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/pgadmin"
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -236,13 +237,13 @@ func verify(ctx context.Context, pool *pgxpool.Pool, t table) (verification, err
 func (v verification) problem(want int64) string {
 	switch {
 	case v.expected != want:
-		return fmt.Sprintf("%d rows to drain, want %d", v.expected, want)
+		return fmt.Sprintf("%s to drain, want %d", plural.Count(v.expected, "row", "rows"), want)
 	case v.succeeded != want:
 		return fmt.Sprintf("%d of %d rows completed", v.succeeded, want)
 	case v.claims != want:
 		return fmt.Sprintf("%d claims for %d rows: some row was claimed more than once", v.claims, want)
 	case v.otherChanged != 0:
-		return fmt.Sprintf("%d deferred or terminal rows changed", v.otherChanged)
+		return plural.Count(v.otherChanged, "deferred or terminal row", "deferred or terminal rows") + " changed"
 	}
 	return ""
 }

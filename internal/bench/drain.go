@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/internal/explain"
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -136,9 +137,9 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	switch {
 	case d.Problem != "":
 	case dup > 0:
-		d.Verified, d.Problem = false, fmt.Sprintf("%d messages leased twice", dup)
+		d.Verified, d.Problem = false, plural.Count(dup, "message", "messages")+" leased twice"
 	case applied != want:
-		d.Verified, d.Problem = false, fmt.Sprintf("%d completions applied, want %d", applied, want)
+		d.Verified, d.Problem = false, fmt.Sprintf("%s applied, want %d", plural.Count(applied, "completion", "completions"), want)
 	}
 	return d, steadyOf(samples, clean, cfg.ExplainBatch), nil
 }

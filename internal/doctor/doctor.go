@@ -22,6 +22,7 @@ import (
 	"github.com/leasestore/leasestore/db"
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/explain"
+	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -363,14 +364,16 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		problem("a message has been due for more than %s (the oldest due one was created %s ago): no processor drains the queue, or it cannot keep up", opts.MaxOldestDue, round(stats.OldestDueAge))
 	}
 	if qr.ExpiredLeases > 0 {
-		warn("%d leases expired and are not reclaimed yet: workers died or handlers outlive their lease; the next claim reclaims them", qr.ExpiredLeases)
+		warn("%s: workers died or handlers outlive their lease; the next claim reclaims them",
+			plural.Count(qr.ExpiredLeases, "lease expired and is not reclaimed yet", "leases expired and are not reclaimed yet"))
 	}
 	if qr.DeadLettered > 0 {
-		warn("%d dead-lettered messages wait for an operator: fix the cause, then leasectl requeue --queue %s --all", qr.DeadLettered, q)
+		warn("%s for an operator: fix the cause, then leasectl requeue --queue %s --all",
+			plural.Count(qr.DeadLettered, "dead-lettered message waits", "dead-lettered messages wait"), q)
 	}
 	if h := stats.WaitingHead; h != nil && h.Age > opts.MaxOldestDue {
-		warn("ordering key %q (tenant %q) has had head %s for %s while %d messages of the queue wait behind their keys: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
-			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), qr.Waiting, q, h.MessageID)
+		warn("ordering key %q (tenant %q) has had head %s for %s while %s behind their keys: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
+			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), plural.Count(qr.Waiting, "message of the queue waits", "messages of the queue wait"), q, h.MessageID)
 	}
 
 	if schemaBehind {
@@ -590,10 +593,7 @@ func WriteText(w io.Writer, rep Report) error {
 	for _, q := range rep.Queues {
 		status := "ok"
 		if len(q.Problems) > 0 {
-			status = fmt.Sprintf("%d problems", len(q.Problems))
-			if len(q.Problems) == 1 {
-				status = "1 problem"
-			}
+			status = plural.Count(len(q.Problems), "problem", "problems")
 		}
 		fmt.Fprintf(&b, "%s (%s): %s\n", q.Queue, q.Table, status)
 		var idx []string

@@ -313,4 +313,19 @@ var historyCases = []contractCase{
 			require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 		}
 	}},
+	{"DeadLetterByID/ReasonMustBeText", func(t *testing.T, b *bundle) {
+		// Failure.Error is sanitized because a handler's error text is
+		// whatever failed; an operator's reason is typed, so bad bytes in
+		// it are a mistake to refuse, not to store as U+FFFD.
+		op := b.operator()
+		id := b.enqueueN(1)[0]
+		before := b.get(id)
+		for _, reason := range []string{"poison \xff", "poison\x00", "\xc3"} {
+			_, err := op.DeadLetterByID(b.ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: reason, Force: true})
+			var ae *leasing.ArgumentError
+			require.True(t, errors.As(err, &ae), "%q: %v", reason, err)
+			require.Equal(t, "reason", ae.Field, reason)
+			require.Equal(t, before, b.get(id), "%q: nothing changed", reason)
+		}
+	}},
 }

@@ -33,6 +33,14 @@ const listenerCloseTimeout = 5 * time.Second
 // Listener on the queue's NOTIFY channel. Wake returns the same channel on
 // every call; a receive on it makes the processor claim at once.
 type WorkSignal interface {
+	// Wake returns the channel whose receives wake the processor:
+	// Processor.Run calls it once, then receives from the channel until Run
+	// returns.
+	//
+	// Errors: none; Wake cannot fail, and a signal reports its own failures
+	// elsewhere (Listener.Run, ListenerOptions.OnError). A channel that stops
+	// delivering, or a nil one, leaves the processor claiming every
+	// Options.PollInterval; a closed one wakes it once and is then ignored.
 	Wake() <-chan struct{}
 }
 
