@@ -32,9 +32,10 @@
 -- TRIGGER, no access to leasestore_db_version, and no CREATE on the schema (the
 -- PostgreSQL 15 default for PUBLIC; this file does not change PUBLIC).
 -- LISTEN needs no privilege. The insert trigger's WHEN clause reads the
--- signal's sequences, which every role may SELECT (migration 00014), and
--- its function (leasestore_signal_work, migration 00009) is SECURITY
--- DEFINER: the inserting role needs no grant on the sequences.
+-- signal's sequences (SELECT, granted below and to PUBLIC by migration
+-- 00014; without it each insert calls the trigger's function instead), and
+-- that function (leasestore_signal_work, migration 00009) is SECURITY
+-- DEFINER: it needs no other grant.
 --
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
 -- Purge (leasectl purge), and set strict ordering (leasectl ordering). It
@@ -90,5 +91,11 @@ GRANT SELECT ON leasestore_queue_settings TO leasestore_processor;
 GRANT INSERT, UPDATE ON leasestore_queue_settings TO leasestore_operator;
 
 GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
+
+-- The work signal (migration 00014): the insert trigger's WHEN clause reads
+-- the signal's sequences as the inserting role. 00014 grants SELECT to
+-- PUBLIC; granted here too, so that a REVOKE from PUBLIC or a restore
+-- without privileges does not make every insert call the trigger function.
+GRANT SELECT ON SEQUENCE inbox_messages_work_signal, outbox_messages_work_signal TO leasestore_processor;
 
 COMMIT;

@@ -267,14 +267,19 @@ func TestRolesKeepWorkingAcross00006(t *testing.T) {
 	}
 }
 
-// rolesBefore00010 is db/roles.sql without what migration 00010 needs: the
-// key_seq column and the ordering keys' tables.
+// rolesBefore00010 is db/roles.sql without what migrations 00010 and
+// later need: the key_seq column, the ordering keys' tables and the work
+// signal's sequences.
 func rolesBefore00010(tb testing.TB) string {
 	tb.Helper()
 	text := strings.ReplaceAll(rolesSQL(tb), ", key_seq)", ")")
 	start := strings.Index(text, "-- Ordering keys (migration 00010)")
 	end := strings.Index(text, "GRANT DELETE ON inbox_messages")
 	require.True(tb, start > 0 && end > start, "db/roles.sql holds the ordering keys' block before the operator's DELETE")
+	text = text[:start] + text[end:]
+	// Nor the work signal's block (migration 00014), which ends the file.
+	start, end = strings.Index(text, "-- The work signal (migration 00014)"), strings.Index(text, "COMMIT;")
+	require.True(tb, start > 0 && end > start, "db/roles.sql ends with the work signal's block")
 	return text[:start] + text[end:]
 }
 

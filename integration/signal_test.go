@@ -116,7 +116,8 @@ func TestWorkSignalRateLimited(t *testing.T) {
 // TestWorkSignalGateSkipsTheFunction: while the budget allows no
 // notification, the trigger's WHEN clause (migration 00014) keeps an
 // inserting statement from calling the signal function at all; once the
-// budget allows one, the next statement calls it. The calls are counted in
+// budget allows one, or the clock stepped back, the next statement calls
+// it, and so does every statement of a role that may not read the budget. The calls are counted in
 // the transaction itself (pg_stat_get_xact_function_calls, with
 // track_functions on for it), so other sessions do not disturb the count.
 func TestWorkSignalGateSkipsTheFunction(t *testing.T) {
@@ -126,6 +127,8 @@ func TestWorkSignalGateSkipsTheFunction(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := e2eSetup(t, q)
+			applyRoles(t, b.url)
+			role := loginRole(t, b.url, "leasestore_processor")
 			conn := adminConn(t, b.url)
 			tx, err := conn.Begin(ctx)
 			require.NoError(t, err)
@@ -154,6 +157,24 @@ func TestWorkSignalGateSkipsTheFunction(t *testing.T) {
 			_, err = b.store.EnqueueTx(ctx, tx, leasing.NewMessage{Payload: []byte(`{"n":20}`)})
 			require.NoError(t, err)
 			require.EqualValues(t, 1, calls(), "a statement the budget allows calls the signal function")
+			// The clock stepped back: the next notification more than a
+			// second ahead resets the budget.
+			_, err = tx.Exec(ctx, "SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 2000000)", seq)
+			require.NoError(t, err)
+			_, err = b.store.EnqueueTx(ctx, tx, leasing.NewMessage{Payload: []byte(`{"n":21}`)})
+			require.NoError(t, err)
+			require.EqualValues(t, 2, calls(), "a budget more than a second ahead is reset by the function")
+			// A role that may not read the sequence still inserts: the clause
+			// calls the function, which checks the budget as its owner.
+			_, err = tx.Exec(ctx, "SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 500000)", seq)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "REVOKE SELECT ON SEQUENCE "+seq+" FROM PUBLIC, leasestore_processor")
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{role}.Sanitize())
+			require.NoError(t, err)
+			_, err = b.store.EnqueueTx(ctx, tx, leasing.NewMessage{Payload: []byte(`{"n":22}`)})
+			require.NoError(t, err, "an insert by a role without SELECT on the sequence")
+			require.EqualValues(t, 3, calls(), "without the privilege every statement calls the function")
 		})
 	}
 }

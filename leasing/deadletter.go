@@ -87,7 +87,10 @@ func (e *LeaseHeldError) Is(target error) bool { return target == ErrLeaseHeld }
 // ErrNotFound when the queue holds no such message; ErrAlreadyTerminal when
 // it is completed, published or already dead-lettered; a *LeaseHeldError
 // (errors.Is ErrLeaseHeld) when a live lease holds it and r.Force is false;
-// in each of these nothing changed. Otherwise the driver error.
+// in each of these nothing changed. Postgres also returns a *SchemaError
+// (errors.Is ErrSchema) while the schema is behind and ErrLockTimeout past
+// PostgresOptions.LockTimeout, with nothing changed. Otherwise the driver
+// error.
 //
 // SQL: db/queries/queue.sql.tmpl InboxDeadLetterByID / OutboxDeadLetterByID.
 func (s *Postgres) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) (Attempt, error) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/internal/plural"
 )
 
 var (
@@ -109,8 +111,8 @@ func (e *ParkedError) Error() string {
 	if len(e.Parked) == 0 {
 		return fmt.Sprintf("leasing: claim %s parked no messages", e.Queue)
 	}
-	return fmt.Sprintf("leasing: claim %s parked %d message(s) as dead_lettered; first %s: %s",
-		e.Queue, len(e.Parked), e.Parked[0].ID, e.Parked[0].Reason)
+	return fmt.Sprintf("leasing: claim %s parked %s as dead_lettered; first %s: %s",
+		e.Queue, plural.Count(len(e.Parked), "message", "messages"), e.Parked[0].ID, e.Parked[0].Reason)
 }
 
 // Is reports whether target is ErrParked.

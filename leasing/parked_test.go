@@ -106,7 +106,7 @@ func TestParkedErrorText(t *testing.T) {
 	t.Parallel()
 	id := uuid.MustParse("01900000-0000-7000-8000-000000000001")
 	err := error(&leasing.ParkedError{Queue: leasing.Inbox, Parked: []leasing.ParkedRow{{ID: id, Reason: "parked by the claim: x"}}})
-	require.Equal(t, "leasing: claim inbox parked 1 message(s) as dead_lettered; first "+id.String()+": parked by the claim: x", err.Error())
+	require.Equal(t, "leasing: claim inbox parked 1 message as dead_lettered; first "+id.String()+": parked by the claim: x", err.Error())
 	require.True(t, errors.Is(err, leasing.ErrParked))
 	require.False(t, errors.Is(err, leasing.ErrInvalidArgument))
 }

@@ -218,8 +218,10 @@ func (s *Postgres) pinned() *time.Time {
 // COMMITTED with the store's lock timeout.
 //
 // Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
-// for an outbox id already present; ErrLockTimeout; otherwise the driver
-// error.
+// for an outbox id already present; an *OrderingKeyConflictError for a
+// keyed inbox duplicate of another ordering key; a *SchemaError (errors.Is
+// ErrSchema) for keyed messages while the schema is behind; ErrLockTimeout;
+// nothing is inserted after any of these. Otherwise the driver error.
 func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
 	return s.enqueue(ctx, nil, msgs)
 }
@@ -240,9 +242,12 @@ func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResu
 // behind DDL.
 //
 // Errors: an *ArgumentError for bad messages (nothing sent); ErrDuplicate
-// for an outbox id already present; ErrLockTimeout when tx's own
-// lock_timeout ran out (the transaction is aborted after either);
-// otherwise the driver error.
+// for an outbox id already present; an *OrderingKeyConflictError for a
+// keyed inbox duplicate of another ordering key; ErrLockTimeout when tx's
+// own lock_timeout ran out. After ErrDuplicate, the conflict error and
+// ErrLockTimeout the transaction is aborted. Otherwise the driver error
+// (EnqueueTx runs no schema check: keyed messages on a schema before
+// migration 00010 fail with PostgreSQL's error for the missing column).
 func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage) (EnqueueResult, error) {
 	if tx == nil {
 		return EnqueueResult{}, argumentError("tx", "must not be nil")

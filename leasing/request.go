@@ -98,7 +98,8 @@ type Failure struct {
 	// Lease is the lease the attempt ran under.
 	Lease Lease
 	// RetryAfter is how long from the store's now the message stays
-	// invisible, 0..MaxDelay. DeadLetter ignores it.
+	// invisible, 0..MaxDelay. DeadLetter checks the range but does not use
+	// the value.
 	RetryAfter time.Duration
 	// Error is the text stored in last_error. NUL bytes and invalid UTF-8 are
 	// replaced with U+FFFD and the text is cut to MaxErrorBytes.

@@ -14,7 +14,8 @@ import (
 // Batch methods take 1..MaxBatchSize items and validate all of them before
 // any statement runs: on bad input they return an *ArgumentError and change
 // nothing. Per-message results come back in input order. Other errors are
-// the driver's (connection, context) and leave the batch unapplied.
+// the driver's (connection, context); a call whose reply was lost may have
+// committed (each method's Errors paragraph says what then holds).
 type Store interface {
 	// Queue returns the queue this store serves.
 	//
@@ -28,8 +29,9 @@ type Store interface {
 	//
 	// Errors: an *ArgumentError for bad messages (nothing sent);
 	// ErrDuplicate for an outbox id already present and an
-	// *OrderingKeyConflictError for an inbox duplicate of another ordering
-	// key, with nothing inserted; Postgres also returns ErrLockTimeout past
+	// *OrderingKeyConflictError for a keyed inbox message whose duplicate
+	// carries another ordering key or none, with nothing inserted (an
+	// unkeyed duplicate is skipped whatever the stored key); Postgres also returns ErrLockTimeout past
 	// PostgresOptions.LockTimeout, and a *SchemaError (errors.Is ErrSchema)
 	// for keyed messages while the schema is behind (unkeyed ones work on an
 	// older schema). Otherwise the context's or the driver's error.
@@ -64,7 +66,8 @@ type Store interface {
 	//
 	// Errors: an *ArgumentError for leaseFor outside 1µs..MaxLeaseDuration
 	// or bad leases (none or more than MaxBatchSize, another queue's, more
-	// than one owner, one message twice, a generation below 1; nothing
+	// than one owner, an owner that is empty, over MaxOwnerBytes, not UTF-8
+	// or holds NUL, one message twice, a generation below 1; nothing
 	// sent); Postgres also returns a *SchemaError (errors.Is ErrSchema)
 	// while the schema is behind and ErrLockTimeout past
 	// PostgresOptions.LockTimeout, with nothing renewed. Otherwise the

@@ -515,7 +515,7 @@ func TestRequeue(t *testing.T) {
 	r := leasectl(t, "requeue", "--queue", "inbox", "--id", pending.String(), "--database-url", url)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Equal(t, "requested 1, requeued 0\n", r.stdout)
-	require.Contains(t, r.stderr, "inbox message "+pending.String()+" is pending")
+	require.Contains(t, r.stderr, "inbox message "+pending.String()+" was not dead-lettered (now pending)")
 	unknown := uuid.New()
 	r = leasectl(t, "requeue", "--queue", "inbox", "--id", unknown.String(), "--database-url", url)
 	require.Equal(t, 1, r.code, r.stderr)
@@ -549,7 +549,7 @@ func TestRequeue(t *testing.T) {
 		Queue: "inbox", Requested: 3, Requeued: 1, RequeuedIDs: []uuid.UUID{dead}, NotRequeued: []uuid.UUID{pending, missing},
 	}, got, "the ids left alone are listed, in the order given")
 	require.Contains(t, r.stdout, `"not_requeued"`)
-	require.Contains(t, r.stderr, pending.String()+" is pending; inbox message "+missing.String()+" not found")
+	require.Contains(t, r.stderr, pending.String()+" was not dead-lettered (now pending); inbox message "+missing.String()+" not found")
 	require.NotContains(t, r.stderr, dead.String())
 	row, err = store.Get(ctx, dead)
 	require.NoError(t, err)

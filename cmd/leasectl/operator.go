@@ -94,6 +94,7 @@ func leftAlone(ctx context.Context, store *leasing.Postgres, left []uuid.UUID) e
 		return nil
 	}
 	why := make([]string, 0, leftAloneShown+1)
+read:
 	for i, id := range left {
 		if i == leftAloneShown {
 			why = append(why, fmt.Sprintf("and %d more", len(left)-i))
@@ -104,9 +105,16 @@ func leftAlone(ctx context.Context, store *leasing.Postgres, left []uuid.UUID) e
 		case errors.Is(err, leasing.ErrNotFound):
 			why = append(why, fmt.Sprintf("%s message %s not found", store.Queue(), id))
 		case err != nil:
-			why = append(why, fmt.Sprintf("%s message %s not dead-lettered, or not found", store.Queue(), id))
+			// The connection or the context failed: say so, and do not
+			// wait for it again for each id left.
+			why = append(why, fmt.Sprintf("%s message %s could not be read (%v)", store.Queue(), id, err))
+			if rest := len(left) - i - 1; rest > 0 {
+				why = append(why, fmt.Sprintf("%d more not read", rest))
+			}
+			break read
 		default:
-			why = append(why, fmt.Sprintf("%s message %s is %s", store.Queue(), id, row.Status))
+			// Read after the requeue: the status may have moved since.
+			why = append(why, fmt.Sprintf("%s message %s was not dead-lettered (now %s)", store.Queue(), id, row.Status))
 		}
 	}
 	return fmt.Errorf("only dead-lettered messages are requeued, and these were left alone: %s", strings.Join(why, "; "))

@@ -558,7 +558,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 					return err
 				}
 				if n > 0 {
-					keyed.Verified, keyed.Problem = false, plural.Count(n, "message", "messages")+" completed before the message ahead of them in their key"
+					keyed.Verified, keyed.Problem = false, plural.Count(n, "message", "messages")+" completed before the message ahead in its key"
 				}
 			}
 			round.Keyed = &keyed

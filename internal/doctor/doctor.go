@@ -372,7 +372,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 			plural.Count(qr.DeadLettered, "dead-lettered message waits", "dead-lettered messages wait"), q)
 	}
 	if h := stats.WaitingHead; h != nil && h.Age > opts.MaxOldestDue {
-		warn("ordering key %q (tenant %q) has had head %s for %s while %s behind their keys: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
+		warn("ordering key %q (tenant %q) has had head %s for %s while %s behind a head: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
 			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), plural.Count(qr.Waiting, "message of the queue waits", "messages of the queue wait"), q, h.MessageID)
 	}
 
