@@ -2150,3 +2150,20 @@ func (q *Queries) InboxVacuum(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, inboxVacuum)
 	return err
 }
+
+const inboxVacuumKeys = `-- name: InboxVacuumKeys :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED, ANALYZE) inbox_ordering_keys
+`
+
+// InboxVacuumKeys removes dead row versions of inbox_ordering_keys, the
+// queue's ordering keys (migration 00010), and their index entries, and
+// analyses the table. Each finished keyed message updates its key row and
+// leaves a dead version. ANALYZE: until the table has statistics the
+// planner guesses its size, and a generic plan made on that guess may read
+// it with a sequential scan; the table holds one row per key in use, so
+// the sample is small. SKIP_LOCKED, INDEX_CLEANUP ON, no transaction block
+// and the owner's rights as InboxVacuum.
+func (q *Queries) InboxVacuumKeys(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, inboxVacuumKeys)
+	return err
+}

@@ -2111,3 +2111,20 @@ func (q *Queries) OutboxVacuum(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, outboxVacuum)
 	return err
 }
+
+const outboxVacuumKeys = `-- name: OutboxVacuumKeys :exec
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED, ANALYZE) outbox_ordering_keys
+`
+
+// OutboxVacuumKeys removes dead row versions of outbox_ordering_keys, the
+// queue's ordering keys (migration 00010), and their index entries, and
+// analyses the table. Each finished keyed message updates its key row and
+// leaves a dead version. ANALYZE: until the table has statistics the
+// planner guesses its size, and a generic plan made on that guess may read
+// it with a sequential scan; the table holds one row per key in use, so
+// the sample is small. SKIP_LOCKED, INDEX_CLEANUP ON, no transaction block
+// and the owner's rights as OutboxVacuum.
+func (q *Queries) OutboxVacuumKeys(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, outboxVacuumKeys)
+	return err
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,35 +17,69 @@ import (
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
-// tableVacuums returns how many VACUUMs ran on q's table, by anyone, and
-// its dead row estimate.
-func tableVacuums(t *testing.T, pool *pgxpool.Pool, q leasing.Queue) (vacuums, dead int64) {
+// tableVacuums returns how many VACUUMs ran on table (a queue's table or
+// its keys' table), by anyone, and its dead row estimate.
+func tableVacuums(t *testing.T, pool *pgxpool.Pool, table string) (vacuums, dead int64) {
 	t.Helper()
-	h, err := gen.New().DiagnosticsTableHealth(context.Background(), pool, gen.DiagnosticsTableHealthParams{TableName: q.Table()})
-	require.NoError(t, err)
+	h := tableHealth(t, pool, table)
 	return h.VacuumCount + h.AutovacuumCount, h.DeadTuples
 }
 
-// churn enqueues n messages and claims and completes them in batches of
-// 50 on pool, leaving 2n dead row versions, and flushes this backend's
-// statistics so that n_dead_tup counts them (pool must have one connection).
-func churn(t *testing.T, pool *pgxpool.Pool, store *leasing.Postgres, n int) {
+// tableHealth returns table's statistics.
+func tableHealth(t *testing.T, pool *pgxpool.Pool, table string) gen.DiagnosticsTableHealthRow {
+	t.Helper()
+	h, err := gen.New().DiagnosticsTableHealth(context.Background(), pool, gen.DiagnosticsTableHealthParams{TableName: table})
+	require.NoError(t, err)
+	return h
+}
+
+// flushStats flushes the statistics of pool's backend (pool must have one
+// connection), so that n_dead_tup and n_live_tup count what it did.
+func flushStats(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := store.Enqueue(ctx, make([]leasing.NewMessage, n)...)
-	require.NoError(t, err)
-	req := leasing.ClaimRequest{Owner: "churn", BatchSize: 50, LeaseFor: time.Minute}
-	var held []leasing.Lease
-	for done := 0; done < n; done += len(held) {
-		res, next, err := store.CompleteAndClaim(ctx, held, req)
-		require.NoError(t, err)
-		require.NoError(t, res.Err())
-		held = next
-	}
-	_, err = pool.Exec(ctx, "SELECT pg_stat_force_next_flush()")
+	_, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "SELECT 1") // the flush happens when this backend next goes idle
 	require.NoError(t, err)
+}
+
+// keyedMessages returns n messages over keys ordering keys, round robin.
+func keyedMessages(n, keys int) []leasing.NewMessage {
+	msgs := make([]leasing.NewMessage, n)
+	for i := range msgs {
+		msgs[i].OrderingKey = fmt.Sprintf("k%d", i%keys)
+	}
+	return msgs
+}
+
+// churn enqueues n messages and claims and completes them (finishAll),
+// leaving 2n dead row versions in the queue's table, fewer what on-access
+// pruning took off the count.
+func churn(t *testing.T, pool *pgxpool.Pool, store *leasing.Postgres, n int) {
+	t.Helper()
+	_, err := store.Enqueue(context.Background(), make([]leasing.NewMessage, n)...)
+	require.NoError(t, err)
+	finishAll(t, pool, store)
+}
+
+// finishAll claims and completes messages in batches of 50 on pool until
+// none is left to claim, and flushes this backend's statistics so that
+// n_dead_tup counts the dead row versions they left (pool must have one
+// connection).
+func finishAll(t *testing.T, pool *pgxpool.Pool, store *leasing.Postgres) {
+	t.Helper()
+	req := leasing.ClaimRequest{Owner: "churn", BatchSize: 50, LeaseFor: time.Minute}
+	var held []leasing.Lease
+	for {
+		res, next, err := store.CompleteAndClaim(context.Background(), held, req)
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+		if held = next; len(held) == 0 {
+			break
+		}
+	}
+	flushStats(t, pool)
 }
 
 func TestVacuumIfDead(t *testing.T) {
@@ -59,7 +94,7 @@ func TestVacuumIfDead(t *testing.T) {
 	require.True(t, isArgErr(err), "%v", err)
 
 	churn(t, pool, store, 200)
-	before, dead := tableVacuums(t, pool, leasing.Inbox)
+	before, dead := tableVacuums(t, pool, leasing.Inbox.Table())
 	// Claim and complete leave a dead version each; on-access pruning may
 	// already have taken some off the count.
 	require.GreaterOrEqual(t, dead, int64(200))
@@ -67,14 +102,14 @@ func TestVacuumIfDead(t *testing.T) {
 	v, err := store.VacuumIfDead(ctx, dead+1)
 	require.NoError(t, err)
 	require.False(t, v.Ran, "below the threshold nothing runs")
-	after, _ := tableVacuums(t, pool, leasing.Inbox)
+	after, _ := tableVacuums(t, pool, leasing.Inbox.Table())
 	require.Equal(t, before, after)
 
 	v, err = store.VacuumIfDead(ctx, dead)
 	require.NoError(t, err)
 	require.True(t, v.Ran)
 	require.Equal(t, dead, v.DeadRows)
-	after, deadAfter := tableVacuums(t, pool, leasing.Inbox)
+	after, deadAfter := tableVacuums(t, pool, leasing.Inbox.Table())
 	require.Equal(t, before+1, after)
 	require.Less(t, deadAfter, dead)
 
@@ -91,7 +126,7 @@ func TestVacuumIfDead(t *testing.T) {
 			reported.Add(1)
 		}), "KeepVacuumed gives up on a user who may not VACUUM")
 	require.Equal(t, int32(1), reported.Load())
-	final, _ := tableVacuums(t, pool, leasing.Inbox)
+	final, _ := tableVacuums(t, pool, leasing.Inbox.Table())
 	require.Equal(t, after, final)
 
 	// Bad policies are argument errors before anything runs.
@@ -102,22 +137,107 @@ func TestVacuumIfDead(t *testing.T) {
 	}
 }
 
+// TestVacuumIfDeadKeys: VacuumIfDead vacuums and analyses the queue's
+// ordering keys' table too: once when it holds rows and was never
+// analysed, then at the same dead-row threshold as the queue's table.
+func TestVacuumIfDeadKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t, dbtest.DatabaseURL(t), "leasestore-vacuum-keys", 1)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	keys := leasing.Inbox.KeyTable()
+	const never = 1 << 40 // a threshold no table reaches
+
+	churn(t, pool, store, 100)
+	v, err := store.VacuumIfDead(ctx, never)
+	require.NoError(t, err)
+	require.Zero(t, v.Keys, "unkeyed messages leave the keys' table empty and alone")
+
+	_, err = store.Enqueue(ctx, keyedMessages(400, 100)...)
+	require.NoError(t, err)
+	flushStats(t, pool)
+	h := tableHealth(t, pool, keys)
+	require.Nil(t, h.LastAnalyze)
+	require.Nil(t, h.LastAutoanalyze)
+	before := h.VacuumCount + h.AutovacuumCount
+	v, err = store.VacuumIfDead(ctx, never)
+	require.NoError(t, err)
+	require.False(t, v.Ran, "the queue's table is below the threshold")
+	require.True(t, v.Keys.Ran, "key rows never analysed are vacuumed and analysed")
+	require.Positive(t, v.Keys.Duration)
+	h = tableHealth(t, pool, keys)
+	require.NotNil(t, h.LastVacuum)
+	require.NotNil(t, h.LastAnalyze)
+	require.Equal(t, before+1, h.VacuumCount+h.AutovacuumCount)
+	v, err = store.VacuumIfDead(ctx, never)
+	require.NoError(t, err)
+	require.False(t, v.Keys.Ran, "analysed now and below the threshold")
+
+	// A keyed drain: each finished head moves its key row on, the last
+	// message of a key deletes it.
+	finishAll(t, pool, store)
+	before, dead := tableVacuums(t, pool, keys)
+	require.Positive(t, dead)
+	v, err = store.VacuumIfDead(ctx, dead+1)
+	require.NoError(t, err)
+	require.Equal(t, dead, v.Keys.DeadRows)
+	require.False(t, v.Keys.Ran, "below the threshold nothing runs")
+	after, _ := tableVacuums(t, pool, keys)
+	require.Equal(t, before, after)
+
+	v, err = store.VacuumIfDead(ctx, dead)
+	require.NoError(t, err)
+	require.True(t, v.Keys.Ran)
+	require.Equal(t, dead, v.Keys.DeadRows)
+	after, deadAfter := tableVacuums(t, pool, keys)
+	require.Equal(t, before+1, after)
+	require.Less(t, deadAfter, dead)
+}
+
+// TestVacuumIfDeadBefore00010: on a schema without the ordering keys'
+// tables (before migration 00010) VacuumIfDead vacuums the queue's table
+// alone, and reports nothing of the keys' table.
+func TestVacuumIfDeadBefore00010(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t, migratedTo(t, 9).Config().ConnString(), "leasestore-vacuum-9", 1)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	_, err = store.Enqueue(ctx, make([]leasing.NewMessage, 100)...)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "DELETE FROM inbox_messages")
+	require.NoError(t, err)
+	flushStats(t, pool)
+	before, dead := tableVacuums(t, pool, leasing.Inbox.Table())
+	require.GreaterOrEqual(t, dead, int64(100))
+
+	v, err := store.VacuumIfDead(ctx, dead)
+	require.NoError(t, err)
+	require.True(t, v.Ran)
+	require.Zero(t, v.Keys)
+	after, _ := tableVacuums(t, pool, leasing.Inbox.Table())
+	require.Equal(t, before+1, after)
+}
+
 // TestProcessorVacuumsItsTable: a processor on a Postgres store vacuums
-// its table while it drains, by its VacuumPolicy; with the policy
-// disabled it does not.
+// its table and its ordering keys' table (and analyses the latter) while
+// it drains keyed messages, by its VacuumPolicy; with the policy disabled
+// it does not (autovacuum is off on the test server or far away).
 func TestProcessorVacuumsItsTable(t *testing.T) {
 	t.Parallel()
 	for _, disabled := range []bool{false, true} {
 		pool := dbtest.NewPool(t)
 		store, err := leasing.NewPostgres(pool, leasing.Outbox, leasing.PostgresOptions{})
 		require.NoError(t, err)
-		msgs := make([]leasing.NewMessage, 300)
+		msgs := keyedMessages(300, 10)
 		for i := range msgs {
 			msgs[i].Topic = "t"
 		}
 		_, err = store.Enqueue(context.Background(), msgs...)
 		require.NoError(t, err)
-		before, _ := tableVacuums(t, pool, leasing.Outbox)
+		before, _ := tableVacuums(t, pool, leasing.Outbox.Table())
+		keysBefore, _ := tableVacuums(t, pool, leasing.Outbox.KeyTable())
 
 		var handled atomic.Int32
 		p, err := processor.New(store, func(context.Context, leasing.Lease) error { handled.Add(1); return nil },
@@ -137,25 +257,30 @@ func TestProcessorVacuumsItsTable(t *testing.T) {
 		} else {
 			// Backends report dead rows about once a second, when they next go idle.
 			require.Eventually(t, func() bool {
-				after, _ := tableVacuums(t, pool, leasing.Outbox)
-				return after > before
-			}, 15*time.Second, 20*time.Millisecond, "the processor vacuumed its table")
+				after, _ := tableVacuums(t, pool, leasing.Outbox.Table())
+				keys := tableHealth(t, pool, leasing.Outbox.KeyTable())
+				return after > before && keys.VacuumCount+keys.AutovacuumCount > keysBefore && keys.LastAnalyze != nil
+			}, 15*time.Second, 20*time.Millisecond, "the processor vacuumed both tables and analysed the keys' table")
 		}
 		cancel()
 		require.NoError(t, <-done)
+		after, dead := tableVacuums(t, pool, leasing.Outbox.Table())
+		keys := tableHealth(t, pool, leasing.Outbox.KeyTable())
 		if disabled {
-			after, dead := tableVacuums(t, pool, leasing.Outbox)
 			require.Equal(t, before, after, "disabled policy: no VACUUM (autovacuum is off or far away)")
-			t.Logf("disabled policy: %d dead rows left", dead)
+			require.Equal(t, keysBefore, keys.VacuumCount+keys.AutovacuumCount, "disabled policy: the keys' table neither")
+			require.Nil(t, keys.LastAnalyze)
+			t.Logf("disabled policy: %d dead rows left, %d in the keys' table", dead, keys.DeadTuples)
 		}
 	}
 }
 
 // TestVacuumNeedsOwnerPrivileges: the vacuum policy runs VACUUM only for a
-// user who has the privileges of the table owner's role as VACUUM checks
-// them. A member that inherits them may; a NOINHERIT member may not (its
-// VACUUM would be skipped with a WARNING, not fail), so it is told
-// ErrVacuumNotAllowed and nothing runs.
+// user who has the privileges of the tables' owner's role as VACUUM checks
+// them, on the queue's table and on its ordering keys' table. A member
+// that inherits them may; a NOINHERIT member may not (its VACUUM would be
+// skipped with a WARNING, not fail), so it is told ErrVacuumNotAllowed and
+// nothing runs; nor does it for a member that owns only one of the tables.
 func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -172,7 +297,10 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 			return
 		}
 		defer c.Close(context.Background())
-		for _, stmt := range []string{"ALTER TABLE inbox_messages OWNER TO CURRENT_USER", "DROP ROLE IF EXISTS " + owner} {
+		for _, stmt := range []string{
+			"ALTER TABLE inbox_messages OWNER TO CURRENT_USER", "ALTER TABLE inbox_ordering_keys OWNER TO CURRENT_USER",
+			"DROP ROLE IF EXISTS " + owner,
+		} {
 			if _, err := c.Exec(context.Background(), stmt); err != nil {
 				t.Errorf("%s: %v", stmt, err)
 			}
@@ -188,16 +316,26 @@ func TestVacuumNeedsOwnerPrivileges(t *testing.T) {
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
 	churn(t, pool, store, 100)
-	before, _ := tableVacuums(t, pool, leasing.Inbox)
+	before, _ := tableVacuums(t, pool, leasing.Inbox.Table())
 
 	_, err = openStore(t, asUser(t, url, noInherit), leasing.Inbox, leasing.PostgresOptions{}).VacuumIfDead(ctx, 1)
 	require.ErrorIs(t, err, leasing.ErrVacuumNotAllowed)
-	after, _ := tableVacuums(t, pool, leasing.Inbox)
+	after, _ := tableVacuums(t, pool, leasing.Inbox.Table())
 	require.Equal(t, before, after, "nothing ran")
 
-	v, err := openStore(t, asUser(t, url, inherit), leasing.Inbox, leasing.PostgresOptions{}).VacuumIfDead(ctx, 1)
+	inheritStore := openStore(t, asUser(t, url, inherit), leasing.Inbox, leasing.PostgresOptions{})
+	_, err = inheritStore.VacuumIfDead(ctx, 1)
+	require.ErrorIs(t, err, leasing.ErrVacuumNotAllowed, "the keys' table has another owner")
+	require.ErrorContains(t, err, "inbox_ordering_keys")
+	require.NotContains(t, err.Error(), "inbox_messages")
+	after, _ = tableVacuums(t, pool, leasing.Inbox.Table())
+	require.Equal(t, before, after, "nothing ran")
+
+	_, err = admin.Exec(ctx, "ALTER TABLE inbox_ordering_keys OWNER TO "+owner)
+	require.NoError(t, err)
+	v, err := inheritStore.VacuumIfDead(ctx, 1)
 	require.NoError(t, err)
 	require.True(t, v.Ran)
-	after, _ = tableVacuums(t, pool, leasing.Inbox)
+	after, _ = tableVacuums(t, pool, leasing.Inbox.Table())
 	require.Equal(t, before+1, after)
 }

@@ -52,6 +52,11 @@ const (
 // "outbox_messages".
 func (q Queue) Table() string { return string(q) + "_messages" }
 
+// KeyTable returns the table of queue q's ordering keys (migration 00010,
+// one row per key in use): "inbox_ordering_keys" or
+// "outbox_ordering_keys".
+func (q Queue) KeyTable() string { return string(q) + "_ordering_keys" }
+
 // Channel returns the NOTIFY channel of queue q: its table name,
 // "inbox_messages" or "outbox_messages". The trigger of migration 00003
 // notifies it, without payload, once per statement that inserts rows.

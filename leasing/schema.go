@@ -93,7 +93,7 @@ func CheckSchema(ctx context.Context, dbtx Querier, qs ...Queue) error {
 			return err
 		}
 		tables[q.Table()] = true
-		tables[string(q)+"_ordering_keys"] = true
+		tables[q.KeyTable()] = true
 	}
 	reqs, err := db.Requirements()
 	if err != nil {

@@ -63,7 +63,10 @@ type queueSQL interface {
 	// orderingHealth returns the key whose head has held it longest while
 	// messages wait behind it, or nil.
 	orderingHealth(ctx context.Context, db gen.DBTX, now *time.Time) (*WaitingHead, error)
+	// vacuum vacuums the queue's table; vacuumKeys vacuums and analyses
+	// its ordering keys' table (migration 00010).
 	vacuum(ctx context.Context, db gen.DBTX) error
+	vacuumKeys(ctx context.Context, db gen.DBTX) error
 }
 
 // sqlFor returns the queueSQL of q, a valid queue.

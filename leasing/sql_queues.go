@@ -253,6 +253,10 @@ func (a inboxSQL) vacuum(ctx context.Context, db gen.DBTX) error {
 	return mapErr(a.q.InboxVacuum(ctx, db))
 }
 
+func (a inboxSQL) vacuumKeys(ctx context.Context, db gen.DBTX) error {
+	return mapErr(a.q.InboxVacuumKeys(ctx, db))
+}
+
 // inboxLease converts a claimed inbox row.
 func inboxLease(r gen.InboxClaimRow) Lease {
 	return Lease{
@@ -544,6 +548,10 @@ func (a outboxSQL) enqueueCopy(ctx context.Context, db gen.DBTX, msgs []NewMessa
 
 func (a outboxSQL) vacuum(ctx context.Context, db gen.DBTX) error {
 	return mapErr(a.q.OutboxVacuum(ctx, db))
+}
+
+func (a outboxSQL) vacuumKeys(ctx context.Context, db gen.DBTX) error {
+	return mapErr(a.q.OutboxVacuumKeys(ctx, db))
 }
 
 // outboxLease converts a claimed outbox row.

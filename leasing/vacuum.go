@@ -4,19 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasestore/leasestore/gen"
 )
 
 // ErrVacuumNotAllowed reports that the database user may not VACUUM the
-// queue's table: only the table owner, the database owner and superusers
-// may (PostgreSQL 15). Grant the owner role, or leave the table to
-// autovacuum and turn the processor's vacuum policy off
-// (processor.VacuumPolicy.Disabled).
-var ErrVacuumNotAllowed = errors.New("leasing: not allowed to vacuum the queue table")
+// queue's table or its ordering keys' table (Queue.KeyTable): only the
+// table owner, the database owner and superusers may (PostgreSQL 15). The
+// error names the tables. Grant the owner role of both (the migrations
+// create them with one owner), or leave the tables to autovacuum and turn
+// the processor's vacuum policy off (processor.VacuumPolicy.Disabled).
+var ErrVacuumNotAllowed = errors.New("leasing: not allowed to vacuum")
 
-// Vacuum reports one VacuumIfDead call.
+// Vacuum reports one VacuumIfDead call: DeadRows, Ran and Duration the
+// queue's table, Keys its ordering keys' table.
 type Vacuum struct {
 	// DeadRows is the dead row versions the statistics counted before.
 	DeadRows int64
@@ -26,44 +31,105 @@ type Vacuum struct {
 	Ran bool
 	// Duration is how long VACUUM took; 0 when it did not run.
 	Duration time.Duration
+	// Keys reports the queue's ordering keys' table (Queue.KeyTable); it
+	// is the zero value on a schema before migration 00010, which has no
+	// such table.
+	Keys KeysVacuum
+}
+
+// KeysVacuum reports what one VacuumIfDead call did to the queue's
+// ordering keys' table.
+type KeysVacuum struct {
+	// DeadRows is the dead row versions the statistics counted before.
+	DeadRows int64
+	// Ran is true when VACUUM (ANALYZE) was sent: at the same dead-row
+	// threshold as the queue's table, or when the statistics count live
+	// rows in a table that was never analysed. Not while another VACUUM of
+	// the table runs (SKIP_LOCKED, as for the queue's table).
+	Ran bool
+	// Duration is how long VACUUM (ANALYZE) took; 0 when it did not run.
+	Duration time.Duration
 }
 
 // VacuumIfDead runs VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) on the queue's
-// table (db/queries/maintenance.sql) when PostgreSQL's statistics count at
-// least deadRows (> 0) dead row versions in it and no VACUUM of it is
-// running. The check runs at READ COMMITTED like every other statement of
-// the store; VACUUM cannot run in a transaction, and SKIP_LOCKED makes it
-// skip a table it cannot lock at once, so the lock timeout does not
-// concern it. VACUUM holds one pool connection, outside any transaction, for
-// as long as it runs: size the pool with one connection to spare for it.
-// Concurrent callers are safe (one vacuums, the others skip).
+// table, then VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED, ANALYZE) on its
+// ordering keys' table (db/queries/queue.sql.tmpl), each when PostgreSQL's
+// statistics count at least deadRows (> 0) dead row versions in it and no
+// VACUUM of it is running. The keys' table is also vacuumed, once, when it
+// holds rows and was never analysed, so that the planner has its
+// statistics (a generic plan made without them may read it with a
+// sequential scan). A schema before migration 00010 has no keys' table:
+// the queue's table alone is checked. The checks run at READ COMMITTED,
+// in one round trip, like every other statement of the store; VACUUM
+// cannot run in a transaction, and SKIP_LOCKED makes it skip a table it
+// cannot lock at once, so the lock timeout does not concern it. VACUUM
+// holds one pool connection, outside any transaction, for as long as it
+// runs: size the pool with one connection to spare for it. Concurrent
+// callers are safe (one vacuums, the others skip).
 //
 // Errors: an *ArgumentError for deadRows <= 0; ErrVacuumNotAllowed when
-// the user may not VACUUM the table (nothing is sent); otherwise the
-// driver's.
+// the user may not VACUUM one of the tables (nothing is sent); otherwise
+// the driver's (a failed VACUUM of the queue's table leaves the keys'
+// table for the next call).
 func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, error) {
 	if err := ValidatePositive("vacuum dead rows", deadRows); err != nil {
 		return Vacuum{}, err
 	}
-	var st gen.VacuumStateRow
-	err := s.pipelineAnySchema(ctx, func(db gen.DBTX) (err error) {
-		st, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.Table()})
-		return err
-	})
+	var table, keys gen.VacuumStateRow
+	hasKeys := true
+	err := s.pipelineAnySchema(ctx,
+		func(db gen.DBTX) (err error) {
+			table, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.Table()})
+			return err
+		},
+		func(db gen.DBTX) (err error) {
+			keys, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.KeyTable()})
+			if errors.Is(err, pgx.ErrNoRows) { // a schema before 00010
+				hasKeys = false
+				return nil
+			}
+			return err
+		})
 	if err != nil {
 		return Vacuum{}, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
 	}
-	v := Vacuum{DeadRows: st.DeadRows}
-	if !st.MayVacuum {
-		return v, fmt.Errorf("%w %s", ErrVacuumNotAllowed, s.queue.Table())
+	v := Vacuum{DeadRows: table.DeadRows}
+	var denied []string
+	if !table.MayVacuum {
+		denied = append(denied, s.queue.Table())
 	}
-	if st.DeadRows < deadRows || st.Running {
-		return v, nil
+	if hasKeys {
+		v.Keys.DeadRows = keys.DeadRows
+		if !keys.MayVacuum {
+			denied = append(denied, s.queue.KeyTable())
+		}
 	}
-	start := time.Now()
-	if err := s.sql.vacuum(ctx, s.pool); err != nil {
-		return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
+	if len(denied) > 0 {
+		return v, fmt.Errorf("%w %s", ErrVacuumNotAllowed, strings.Join(denied, " and "))
 	}
-	v.Ran, v.Duration = true, time.Since(start)
+	if vacuumDue(table, deadRows, false) {
+		start := time.Now()
+		if err := s.sql.vacuum(ctx, s.pool); err != nil {
+			return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue.Table(), err)
+		}
+		v.Ran, v.Duration = true, time.Since(start)
+	}
+	if hasKeys && vacuumDue(keys, deadRows, true) {
+		start := time.Now()
+		if err := s.sql.vacuumKeys(ctx, s.pool); err != nil {
+			return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue.KeyTable(), err)
+		}
+		v.Keys.Ran, v.Keys.Duration = true, time.Since(start)
+	}
 	return v, nil
+}
+
+// vacuumDue reports whether VacuumIfDead sends VACUUM for a table in state
+// st: none runs, and the statistics count at least deadRows dead row
+// versions or, when analyse, live rows in a table never analysed.
+func vacuumDue(st gen.VacuumStateRow, deadRows int64, analyse bool) bool {
+	if st.Running {
+		return false
+	}
+	return st.DeadRows >= deadRows || analyse && !st.Analyzed && st.LiveRows > 0
 }

@@ -4,10 +4,14 @@
 -- process's, as far as this user may see), and whether the current user
 -- may VACUUM it (has the privileges of the table owner's role or of the
 -- database owner's, as VACUUM checks them: USAGE, so a NOINHERIT member
--- does not count; superusers have every role's). pgx.ErrNoRows when there
--- is no such table.
+-- does not count; superusers have every role's), the live rows they count
+-- (n_live_tup) and whether the table was ever analysed, by ANALYZE or
+-- autovacuum (as far as the statistics remember: a reset forgets).
+-- pgx.ErrNoRows when there is no such table.
 -- name: VacuumState :one
 SELECT s.n_dead_tup::bigint AS dead_rows,
+       s.n_live_tup::bigint AS live_rows,
+       (s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL)::boolean AS analyzed,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_vacuum AS p
                WHERE p.relid = s.relid)::boolean AS running,
        (pg_catalog.pg_has_role(c.relowner, 'USAGE')

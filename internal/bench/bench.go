@@ -331,6 +331,9 @@ type Drain struct {
 	// Vacuums counts the other VACUUMs of the table during the drain: the
 	// vacuum policy's.
 	Vacuums int64 `json:"vacuums"`
+	// KeyVacuums counts the VACUUMs of the ordering keys' table during the
+	// drain, autovacuum's left out: the vacuum policy's.
+	KeyVacuums int64 `json:"key_vacuums"`
 	// Verified is true when every row was completed exactly once and no
 	// other row changed; Problem says what failed otherwise.
 	Verified bool   `json:"verified"`

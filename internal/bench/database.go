@@ -32,7 +32,7 @@ func tableOf(q leasing.Queue) table {
 	if q == leasing.Outbox {
 		doneAt = "published_at"
 	}
-	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt, string(q) + "_ordering_keys"}
+	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt, q.KeyTable()}
 }
 
 // Row kinds, stored in message_type so that verification can tell them apart.
@@ -249,11 +249,17 @@ func (v verification) problem(want int64) string {
 }
 
 // vacuumCounts is how many VACUUMs of t ran so far, by autovacuum and
-// by anyone else (here: the drains' vacuum policy).
-type vacuumCounts struct{ auto, manual int64 }
+// by anyone else (here: the drains' vacuum policy), and how many of the
+// latter ran on its ordering keys' table.
+type vacuumCounts struct{ auto, manual, keys int64 }
 
 // tableStats returns t's VACUUM counts and dead tuple estimate.
 func tableStats(ctx context.Context, pool *pgxpool.Pool, t table) (vacuumCounts, int64, error) {
-	h, err := gen.New().DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.name})
-	return vacuumCounts{auto: h.AutovacuumCount, manual: h.VacuumCount}, h.DeadTuples, err
+	g := gen.New()
+	h, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.name})
+	if err != nil {
+		return vacuumCounts{}, 0, err
+	}
+	k, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.keys})
+	return vacuumCounts{auto: h.AutovacuumCount, manual: h.VacuumCount, keys: k.VacuumCount}, h.DeadTuples, err
 }

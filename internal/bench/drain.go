@@ -351,6 +351,6 @@ func finish(ctx context.Context, d *Drain, pool *pgxpool.Pool, t table, want int
 	if err != nil {
 		return err
 	}
-	d.Autovacuums, d.Vacuums = vac.auto-vac0.auto, vac.manual-vac0.manual
+	d.Autovacuums, d.Vacuums, d.KeyVacuums = vac.auto-vac0.auto, vac.manual-vac0.manual, vac.keys-vac0.keys
 	return nil
 }

@@ -76,6 +76,9 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 func writeDrain(b *strings.Builder, res Result, d *Drain) {
 	fmt.Fprintf(b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
 		d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
+	if d.Method == "keyed" {
+		fmt.Fprintf(b, ", %d VACUUMs of the keys' table", d.KeyVacuums)
+	}
 	if d.Method == "leasing" || d.Method == "keyed" {
 		if d.RoundTrips == 1 {
 			fmt.Fprintf(b, "\n         one round trip per batch: complete-and-claim p50 %.3f ms p99 %.3f ms", d.CompleteAndClaimP50Ms, d.CompleteAndClaimP99Ms)

@@ -6,8 +6,8 @@
 //
 // The store is any [Store]: the handful of leasing.Store methods the
 // processor calls, which *leasing.Postgres and *leasing.Memory implement. A
-// store that is also a [Vacuumer] (*leasing.Postgres) has its table vacuumed
-// by the processor's [VacuumPolicy]. A [Listener] wakes a processor on the
+// store that is also a [Vacuumer] (*leasing.Postgres) has its table and its
+// ordering keys' table vacuumed by the processor's [VacuumPolicy]. A [Listener] wakes a processor on the
 // queue's NOTIFY channel; [RegisterQueueGauges] exports queue depth.
 //
 // # Lifecycle of a claimed message
@@ -70,8 +70,9 @@
 //     dead-letters, the next attempt decides. One that returns nil is
 //     written as succeeded.
 //   - Vacuum: on a [Vacuumer] store the processor runs [KeepVacuumed] with
-//     its Vacuum policy while it runs: VACUUM of the queue's table once
-//     enough rows died, so that claims do not read ever more dead index
+//     its Vacuum policy while it runs: VACUUM of the queue's table, and
+//     of its ordering keys' table (with ANALYZE), once enough rows died in
+//     it, so that claims and key lookups do not read ever more dead
 //     entries between two autovacuum visits.
 //
 // # Batch handlers
@@ -171,7 +172,8 @@
 //   - info: "listener connected" (backend_pid), after every LISTEN that
 //     delivers, so also after each reconnect;
 //   - debug: "attempt failed; retry scheduled" (retry_after), "vacuum ran"
-//     (dead_rows, duration).
+//     (table, dead_rows, duration; one record per table vacuumed: the
+//     queue's, its ordering keys').
 //
 // Errors go to OnError as well, as before.
 //

@@ -178,11 +178,12 @@ func (g logger) leaseLost(h *heldLease) {
 	g.log(slog.LevelWarn, "lease lost", leaseAttrs(h.lease)...)
 }
 
-// loggedVacuumer is a Vacuumer that logs each run (debug) and each error
-// (warn) of the Vacuumer it wraps.
+// loggedVacuumer is a Vacuumer that logs each run (debug, one record per
+// table vacuumed) and each error (warn) of the Vacuumer it wraps.
 type loggedVacuumer struct {
 	Vacuumer
-	log logger
+	queue leasing.Queue
+	log   logger
 }
 
 // vacuumer returns v, wrapped to log when p logs.
@@ -190,7 +191,7 @@ func (p *Processor) vacuumer(v Vacuumer) Vacuumer {
 	if p.log.l == nil {
 		return v
 	}
-	return loggedVacuumer{Vacuumer: v, log: p.log}
+	return loggedVacuumer{Vacuumer: v, queue: p.store.Queue(), log: p.log}
 }
 
 func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasing.Vacuum, error) {
@@ -200,10 +201,19 @@ func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasi
 		v.log.log(slog.LevelWarn, "vacuum not allowed; the table is left to autovacuum", errAttr(err))
 	case err != nil && ctx.Err() == nil:
 		v.log.log(slog.LevelWarn, "vacuum failed", errAttr(err))
-	case err == nil && res.Ran:
-		v.log.log(slog.LevelDebug, "vacuum ran", slog.Int64("dead_rows", res.DeadRows), slog.Duration("duration", res.Duration))
+	}
+	if res.Ran {
+		v.vacuumRan(v.queue.Table(), res.DeadRows, res.Duration)
+	}
+	if res.Keys.Ran {
+		v.vacuumRan(v.queue.KeyTable(), res.Keys.DeadRows, res.Keys.Duration)
 	}
 	return res, err
+}
+
+// vacuumRan logs one VACUUM of table (debug).
+func (v loggedVacuumer) vacuumRan(table string, deadRows int64, d time.Duration) {
+	v.log.log(slog.LevelDebug, "vacuum ran", slog.String("table", table), slog.Int64("dead_rows", deadRows), slog.Duration("duration", d))
 }
 
 // log returns the listener's logger, its records carrying the queue and

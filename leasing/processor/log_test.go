@@ -38,7 +38,8 @@ func requireLease(t *testing.T, r logtest.Record, id uuid.UUID, attempt, generat
 	require.Equal(t, int64(generation), r.Attrs[processor.LogKeyGeneration].Int64(), r.Message)
 }
 
-// vacuumStore is a Memory that is a Vacuumer whose VACUUM always runs.
+// vacuumStore is a Memory that is a Vacuumer whose VACUUM always runs, on
+// the queue's table and on its ordering keys' table.
 type vacuumStore struct {
 	leasing.Store
 	calls atomic.Int32
@@ -46,7 +47,10 @@ type vacuumStore struct {
 
 func (v *vacuumStore) VacuumIfDead(context.Context, int64) (leasing.Vacuum, error) {
 	v.calls.Add(1)
-	return leasing.Vacuum{DeadRows: 7000, Ran: true, Duration: time.Millisecond}, nil
+	return leasing.Vacuum{
+		DeadRows: 7000, Ran: true, Duration: time.Millisecond,
+		Keys: leasing.KeysVacuum{DeadRows: 6000, Ran: true, Duration: 2 * time.Millisecond},
+	}, nil
 }
 
 // TestLogging: the processor's structured events, their levels and
@@ -184,10 +188,17 @@ func TestLogging(t *testing.T) {
 		rec := logtest.New(slog.LevelDebug)
 		r := b.start(t, store, func(context.Context, leasing.Lease) error { return nil },
 			processor.Options{Logger: rec.Logger(), Vacuum: processor.VacuumPolicy{CheckInterval: time.Millisecond}})
-		ran := requireEvent(t, rec, r.p, leasing.Inbox, "vacuum ran", slog.LevelDebug)
-		require.Equal(t, int64(7000), ran.Attrs["dead_rows"].Int64())
-		require.Equal(t, time.Millisecond, ran.Attrs["duration"].Duration())
+		requireEvent(t, rec, r.p, leasing.Inbox, "vacuum ran", slog.LevelDebug)
 		require.NoError(t, r.stop(t))
+		// One record per table, the queue's first.
+		ran := rec.Find("vacuum ran")
+		require.GreaterOrEqual(t, len(ran), 2)
+		require.Equal(t, "inbox_messages", ran[0].Str("table"))
+		require.Equal(t, int64(7000), ran[0].Attrs["dead_rows"].Int64())
+		require.Equal(t, time.Millisecond, ran[0].Attrs["duration"].Duration())
+		require.Equal(t, "inbox_ordering_keys", ran[1].Str("table"))
+		require.Equal(t, int64(6000), ran[1].Attrs["dead_rows"].Int64())
+		require.Equal(t, 2*time.Millisecond, ran[1].Attrs["duration"].Duration())
 		require.Empty(t, rec.AtLeast(slog.LevelInfo), "a vacuum run is not news at info")
 	})
 }

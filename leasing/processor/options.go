@@ -118,14 +118,15 @@ type Options struct {
 	// that parked messages (a *leasing.ParkedError; the claim's leases are
 	// worked), and
 	// vacuum policy failures (leasing.ErrVacuumNotAllowed once, when the
-	// user may not VACUUM the table). It may be called from several
+	// user may not VACUUM the tables). It may be called from several
 	// goroutines at once and must not block.
 	OnError func(error)
 	// Vacuum is the policy by which the processor vacuums its queue's
-	// table while it runs, on a store that is a Vacuumer
-	// (*leasing.Postgres; see KeepVacuumed): every processor of a queue
-	// may run it, at most one VACUUM runs at a time. The zero value is on,
-	// with the defaults; set Disabled to leave the table to autovacuum.
+	// table and its ordering keys' table while it runs, on a store that is
+	// a Vacuumer (*leasing.Postgres; see KeepVacuumed): every processor of
+	// a queue may run it, at most one VACUUM of a table runs at a time.
+	// The zero value is on, with the defaults; set Disabled to leave the
+	// tables to autovacuum.
 	Vacuum VacuumPolicy
 }
 

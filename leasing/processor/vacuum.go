@@ -14,7 +14,9 @@ import (
 // autovacuum_naptime (a server setting, 60 s by default): at thousands of
 // messages a second the head grows by hundreds of thousands of dead entries
 // between two visits and the claim's cost with it. A VacuumPolicy has the
-// processors vacuum their own table as soon as enough rows died.
+// processors vacuum their own table as soon as enough rows died, and the
+// queue's ordering keys' table too: every finished keyed message leaves a
+// dead version of its key row.
 
 // Vacuum policy defaults.
 const (
@@ -27,28 +29,32 @@ const (
 	DefaultVacuumDutyCycle = 0.5
 )
 
-// Vacuumer is a store that can vacuum its queue's table: *leasing.Postgres.
+// Vacuumer is a store that can vacuum its queue's table and its ordering
+// keys' table: *leasing.Postgres.
 // A Processor whose Store is also a Vacuumer runs KeepVacuumed with its
 // Vacuum policy.
 type Vacuumer interface {
-	// VacuumIfDead runs VACUUM on the queue's table when the statistics
-	// count at least deadRows dead row versions in it and no VACUUM of it
-	// runs; see leasing.Postgres.VacuumIfDead.
+	// VacuumIfDead runs VACUUM on the queue's table and on its ordering
+	// keys' table, each when the statistics count at least deadRows dead
+	// row versions in it and no VACUUM of it runs; see
+	// leasing.Postgres.VacuumIfDead.
 	VacuumIfDead(ctx context.Context, deadRows int64) (leasing.Vacuum, error)
 }
 
 var _ Vacuumer = (*leasing.Postgres)(nil)
 
-// VacuumPolicy decides when a processor vacuums its queue's table (see
-// KeepVacuumed). The zero value is on, with the defaults.
+// VacuumPolicy decides when a processor vacuums its queue's table and its
+// ordering keys' table (see KeepVacuumed). The zero value is on, with the
+// defaults.
 type VacuumPolicy struct {
-	// Disabled turns the policy off: only autovacuum cleans the table.
+	// Disabled turns the policy off: only autovacuum cleans the tables.
 	Disabled bool
-	// DeadRows is the number of dead row versions in the table, as
+	// DeadRows is the number of dead row versions in a table, as
 	// PostgreSQL's statistics count them (n_dead_tup), at which VACUUM
-	// runs, > 0. Defaults to DefaultVacuumDeadRows (5,000): about 2,500
-	// messages claimed and finished. Backends report their counts about
-	// once a second, so at high rates VACUUM runs about once a second.
+	// runs, > 0; each of the two tables is counted on its own. Defaults
+	// to DefaultVacuumDeadRows (5,000): about 2,500 messages claimed and
+	// finished. Backends report their counts about once a second, so at
+	// high rates VACUUM runs about once a second.
 	DeadRows int64
 	// CheckInterval is the time between two reads of the dead-row count,
 	// > 0; a Processor reads it only while it wrote rows (claims, renews,
@@ -57,8 +63,9 @@ type VacuumPolicy struct {
 	// DefaultVacuumCheckInterval (250 ms).
 	CheckInterval time.Duration
 	// DutyCycle bounds the share of wall time this policy spends in
-	// VACUUM, in (0, 1]: after a VACUUM that took d, the next one starts
-	// no sooner than d/DutyCycle after the first began. VACUUM reads every
+	// VACUUM, in (0, 1]: after a check whose VACUUMs took d together
+	// (leasing.Vacuum's Duration plus Keys.Duration), the next check comes
+	// no sooner than d/DutyCycle after they began. VACUUM reads every
 	// page of every index of the table, so on a table of many millions of
 	// rows it runs less often. Defaults to DefaultVacuumDutyCycle (0.5).
 	DutyCycle float64
@@ -149,7 +156,8 @@ func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 		if errors.Is(err, leasing.ErrVacuumNotAllowed) {
 			return nil
 		}
-		// A VACUUM that took d is followed by d/DutyCycle - d of rest.
-		wait = max(policy.CheckInterval, time.Duration(float64(v.Duration)/policy.DutyCycle)-v.Duration)
+		// VACUUMs that took d are followed by d/DutyCycle - d of rest.
+		d := v.Duration + v.Keys.Duration
+		wait = max(policy.CheckInterval, time.Duration(float64(d)/policy.DutyCycle)-d)
 	}
 }
