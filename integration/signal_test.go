@@ -117,9 +117,10 @@ func TestWorkSignalRateLimited(t *testing.T) {
 // notification, the trigger's WHEN clause (migration 00014) keeps an
 // inserting statement from calling the signal function at all; once the
 // budget allows one, or the clock stepped back, the next statement calls
-// it, and so does every statement of a role that may not read the budget. The calls are counted in
-// the transaction itself (pg_stat_get_xact_function_calls, with
-// track_functions on for it), so other sessions do not disturb the count.
+// it, and so does every statement of a role that may not read the budget.
+// The calls are counted in the transaction itself
+// (pg_stat_get_xact_function_calls, with track_functions on for it), so
+// other sessions do not disturb the count.
 func TestWorkSignalGateSkipsTheFunction(t *testing.T) {
 	t.Parallel()
 	for _, q := range e2eQueues {
