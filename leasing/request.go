@@ -27,6 +27,12 @@ const (
 	// MaxOrderingKeyBytes is the longest NewMessage.OrderingKey, in bytes
 	// of UTF-8.
 	MaxOrderingKeyBytes = 256
+	// MaxTenantIDBytes is the longest tenant id (NewMessage.TenantID,
+	// ClaimRequest.TenantID), in bytes of UTF-8: tenant ids are index keys.
+	MaxTenantIDBytes = 256
+	// MaxIdempotencyKeyBytes is the longest NewMessage.IdempotencyKey, in
+	// bytes of UTF-8: idempotency keys are index keys.
+	MaxIdempotencyKeyBytes = 256
 )
 
 // ClaimRequest asks for leases on up to BatchSize due messages.
@@ -40,7 +46,7 @@ type ClaimRequest struct {
 	// 1µs..MaxLeaseDuration; stored to the microsecond.
 	LeaseFor time.Duration
 	// TenantID, when not empty, claims only that tenant's rows. UTF-8
-	// without NUL.
+	// without NUL, at most MaxTenantIDBytes.
 	TenantID string
 }
 
@@ -60,6 +66,9 @@ func (r ClaimRequest) Validate() error {
 	if !validText(r.TenantID) {
 		return argumentError("tenant id", "must be UTF-8 without NUL")
 	}
+	if len(r.TenantID) > MaxTenantIDBytes {
+		return argumentError("tenant id", "must be at most %d bytes, got %d", MaxTenantIDBytes, len(r.TenantID))
+	}
 	return nil
 }
 
@@ -76,10 +85,10 @@ type NewMessage struct {
 	// traceparent and tracestate (HeaderTraceParent), unless the object
 	// holds either already.
 	Headers json.RawMessage
-	// TenantID is empty for no tenant.
+	// TenantID is empty for no tenant; at most MaxTenantIDBytes.
 	TenantID string
 	// IdempotencyKey deduplicates inbox messages per tenant; it must be empty
-	// on the outbox.
+	// on the outbox. At most MaxIdempotencyKeyBytes.
 	IdempotencyKey string
 	// Topic is the outbox destination; it must be empty on the inbox.
 	Topic string
@@ -179,11 +188,18 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 		case len(m.Headers) > 0 && !isJSONObject(m.Headers):
 			return nil, argumentError("headers", "message %d: must be a JSON object", i)
 		}
-		for _, f := range [...]struct{ field, text string }{
-			{"type", m.Type}, {"tenant id", m.TenantID}, {"idempotency key", m.IdempotencyKey}, {"topic", m.Topic},
+		for _, f := range [...]struct {
+			field, text string
+			max         int // bytes; 0: no limit of its own
+		}{
+			{"type", m.Type, 0}, {"tenant id", m.TenantID, MaxTenantIDBytes},
+			{"idempotency key", m.IdempotencyKey, MaxIdempotencyKeyBytes}, {"topic", m.Topic, 0},
 		} {
-			if !validText(f.text) {
+			switch {
+			case !validText(f.text):
 				return nil, argumentError(f.field, "must be UTF-8 without NUL (message %d)", i)
+			case f.max > 0 && len(f.text) > f.max:
+				return nil, argumentError(f.field, "must be at most %d bytes, got %d (message %d)", f.max, len(f.text), i)
 			}
 		}
 		if err := validateOrderingKey(i, m.OrderingKey); err != nil {

@@ -166,6 +166,8 @@ var badFlagCases = []struct {
 	{"EnqueueTenantWithNUL", []string{"enqueue", "--queue", "inbox", "--tenant", "t\x00"}, "--tenant must be UTF-8 without NUL"},
 	{"EnqueueTopicNotUTF8", []string{"enqueue", "--queue", "outbox", "--topic", "\xc3"}, "--topic must be UTF-8 without NUL"},
 	{"EnqueueOrderingKeyTooLong", []string{"enqueue", "--queue", "inbox", "--ordering-key", strings.Repeat("k", leasing.MaxOrderingKeyBytes+1)}, "--ordering-key must be at most 256 bytes, got 257"},
+	{"EnqueueTenantTooLong", []string{"enqueue", "--queue", "inbox", "--tenant", strings.Repeat("t", leasing.MaxTenantIDBytes+1)}, "--tenant must be at most 256 bytes, got 257"},
+	{"ClaimTenantTooLong", []string{"claim", "--queue", "inbox", "--owner", "w", "--tenant", strings.Repeat("t", leasing.MaxTenantIDBytes+1)}, "--tenant must be at most 256 bytes, got 257"},
 	{"EnqueueOrderingKeyNotUTF8", []string{"enqueue", "--queue", "outbox", "--ordering-key", "k\xff"}, "--ordering-key must be valid UTF-8"},
 	{"EnqueueOrderingKeyWithNUL", []string{"enqueue", "--queue", "inbox", "--ordering-key", "k\x00"}, "--ordering-key must not contain NUL"},
 	{"EnqueueUnknownFlag", []string{"enqueue", "--queue", "inbox", "--colour", "red"}, "-colour"},

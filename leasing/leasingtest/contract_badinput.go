@@ -48,6 +48,13 @@ func badInput(t *testing.T, b *bundle) {
 		"claim negative lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = -time.Second })) },
 		"claim enormous lease":  func() error { return claim(with(func(r *leasing.ClaimRequest) { r.LeaseFor = 1 << 62 })) },
 		"claim NUL in tenant":   func() error { return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = "t\x00" })) },
+		"claim long tenant": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = strings.Repeat("t", leasing.MaxTenantIDBytes+1) }))
+		},
+		"enqueue long tenant": func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes+1)})
+			return err
+		},
 		"renew no leases":       func() error { _, err := b.store.Renew(b.ctx, lease); return err },
 		"renew zero duration":   func() error { _, err := b.store.Renew(b.ctx, 0, held); return err },
 		"renew other queue":     func() error { _, err := b.store.Renew(b.ctx, lease, fromOther); return err },
@@ -93,16 +100,29 @@ func badInput(t *testing.T, b *bundle) {
 		"purge zero age":   func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{BatchSize: 1}); return err },
 		"purge zero batch": func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{OlderThan: time.Hour}); return err },
 	}
+	if b.q == leasing.Inbox {
+		calls["enqueue long idempotency key"] = func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: []byte("p"), IdempotencyKey: strings.Repeat("k", leasing.MaxIdempotencyKeyBytes+1)})
+			return err
+		}
+	}
 	for name, call := range calls {
 		err := call()
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument, name)
 		var argErr *leasing.ArgumentError
 		require.True(t, errors.As(err, &argErr), name)
 	}
-	// The payload limit itself is accepted.
+	require.Equal(t, before, snapshot(t, b, ids))
+	// The limits themselves are accepted.
 	_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes)})
 	require.NoError(t, err)
-	require.Equal(t, before, snapshot(t, b, ids))
+	atLimits := leasing.NewMessage{Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes)}
+	if b.q == leasing.Inbox {
+		atLimits.IdempotencyKey = strings.Repeat("k", leasing.MaxIdempotencyKeyBytes)
+	}
+	_, err = b.store.Enqueue(b.ctx, atLimits)
+	require.NoError(t, err)
+	require.NoError(t, claim(with(func(r *leasing.ClaimRequest) { r.TenantID = atLimits.TenantID })))
 }
 
 // snapshot is the state of the rows ids plus the queue depth, as text.
