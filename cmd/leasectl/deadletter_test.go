@@ -209,3 +209,28 @@ func TestDeadLetterAndGetBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res.Err())
 }
+
+// TestGetQuotesControlCharacters: text that producers and handlers wrote
+// (a tenant, an error) reaches the terminal quoted when it holds a control
+// character, so that an escape sequence in it is shown, not run.
+func TestGetQuotesControlCharacters(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	store := storeFor(t, url, leasing.Inbox)
+	res, err := store.Enqueue(t.Context(), leasing.NewMessage{Payload: []byte("p"), TenantID: "t\x1b[2J"})
+	require.NoError(t, err)
+	id := res.IDs[0]
+	l, err := store.Claim(t.Context(), leasing.ClaimRequest{Owner: "w\x07", BatchSize: 1, LeaseFor: time.Hour, TenantID: "t\x1b[2J"})
+	require.NoError(t, err)
+	require.Len(t, l, 1)
+	fr, err := store.Fail(t.Context(), leasing.Failure{Lease: l[0], Error: "\x1b[31mred"})
+	require.NoError(t, err)
+	require.NoError(t, fr.Err())
+
+	out := requireOK(t, "get", "--queue", "inbox", "--id", id.String(), "--database-url", url)
+	require.NotContains(t, out, "\x1b", out)
+	require.NotContains(t, out, "\x07", out)
+	require.Contains(t, out, `"t\x1b[2J"`)
+	require.Contains(t, out, `"\x1b[31mred"`)
+	require.Contains(t, out, `"w\a"#1`)
+}

@@ -7,9 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -130,19 +131,19 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 	line("message", "%s %s", q, row.ID)
 	line("status", "%s", row.Status)
 	if row.Type != "" {
-		line("type", "%s", row.Type)
+		line("type", "%s", shown(row.Type))
 	}
 	if row.TenantID != "" {
-		line("tenant", "%s", row.TenantID)
+		line("tenant", "%s", shown(row.TenantID))
 	}
 	if row.IdempotencyKey != "" {
-		line("idempotency key", "%s", row.IdempotencyKey)
+		line("idempotency key", "%s", shown(row.IdempotencyKey))
 	}
 	if row.OrderingKey != "" {
-		line("ordering key", "%s (key seq %d: its place in the key's enqueue order)", row.OrderingKey, row.KeySeq)
+		line("ordering key", "%s (key seq %d: its place in the key's enqueue order)", shown(row.OrderingKey), row.KeySeq)
 	}
 	if row.Topic != "" {
-		line("topic", "%s", row.Topic)
+		line("topic", "%s", shown(row.Topic))
 	}
 	line("payload", "%d bytes", len(row.Payload))
 	line("created at", "%s", stamp(row.CreatedAt))
@@ -186,7 +187,7 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 		}
 		lease := "-"
 		if a.Owner != "" {
-			lease = fmt.Sprintf("%s#%d", a.Owner, a.Generation)
+			lease = fmt.Sprintf("%s#%d", shown(a.Owner), a.Generation)
 		}
 		claimed := "-"
 		if a.ClaimedAt != nil {
@@ -204,7 +205,20 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 // stamp formats a database time for the text output: UTC, microseconds.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
-// oneLine quotes text when it holds line breaks or tabs, and cuts it to
+// shown returns text as it may be printed to a terminal: quoted (Go
+// syntax) when it holds a rune that is not printable, such as a line
+// break, a tab or an escape sequence's ESC, else unchanged. Message fields
+// and error texts come from producers and handlers, not from the operator.
+func shown(text string) string {
+	for _, r := range text {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(text)
+		}
+	}
+	return text
+}
+
+// oneLine quotes text as shown does, and cuts it to
 // about max bytes, so that one error stays on one line of a table.
 func oneLine(text string, max int) string {
 	cut := false
@@ -214,9 +228,7 @@ func oneLine(text string, max int) string {
 		}
 		text, cut = text[:max], true
 	}
-	if strings.ContainsAny(text, "\n\r\t") {
-		text = fmt.Sprintf("%q", text)
-	}
+	text = shown(text)
 	if cut {
 		text += "…"
 	}

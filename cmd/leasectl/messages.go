@@ -195,7 +195,7 @@ func runClaim(ctx context.Context, c *cli, args []string) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MESSAGE ID\tGENERATION\tATTEMPT\tEXPIRES AT\tORDERING KEY")
 	for _, l := range leases {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", l.Message.ID, l.Generation, l.Attempt, l.ExpiresAt.Format(time.RFC3339Nano), l.Message.OrderingKey)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", l.Message.ID, l.Generation, l.Attempt, l.ExpiresAt.Format(time.RFC3339Nano), shown(l.Message.OrderingKey))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
