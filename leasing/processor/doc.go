@@ -48,7 +48,7 @@
 //     tried up to 5 times in all, with backoff (a repeated write that had
 //     committed reports already_applied), then given up: the lease is no
 //     longer renewed, so the row expires and is reclaimed. A write the
-//     fence refuses counts persist_rejected. When Concurrency+1 outcomes
+//     fence refuses counts persist_rejected. When 8 x Concurrency outcomes
 //     already wait for the writer, a worker queues its own and keeps its
 //     slot until the writer has taken it, so a store slow to write stops
 //     the claims.

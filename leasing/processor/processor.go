@@ -190,7 +190,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	book := newBook(p.opts.LeaseDuration, p.metrics)
 	book.log = p.log
-	w := newWriter(p, book, base, p.opts.Concurrency+1)
+	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
 	go w.run()
 	hbCtx, stopHeartbeat := context.WithCancel(base)
 	hbDone := make(chan struct{})
