@@ -88,9 +88,16 @@ type PickupPhase struct {
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	MaxMs float64 `json:"max_ms"`
-	// Claims counts the processor's claim calls during the phase, from
-	// its leases_acquired-free view: every Claim the store answered.
+	// Claims counts the processor's claim calls the store answered
+	// during the phase.
 	Claims int64 `json:"claims"`
+	// ClaimP50Ms, ClaimP99Ms and ClaimMaxMs are the durations of those
+	// calls in milliseconds, from the processor's side (round trip and
+	// commit included): a slow claim delays every message behind it, so
+	// they tell a stalled server from a slow signal.
+	ClaimP50Ms float64 `json:"claim_p50_ms"`
+	ClaimP99Ms float64 `json:"claim_p99_ms"`
+	ClaimMaxMs float64 `json:"claim_max_ms"`
 }
 
 // Producer-mode processor settings: enough slots and batch to keep up
@@ -330,15 +337,32 @@ func waitListening(ctx context.Context, listener *processor.Listener) error {
 	return nil
 }
 
-// countingStore counts the claims a processor sends.
+// countingStore counts the claims a processor sends and times them.
 type countingStore struct {
 	*leasing.Postgres
-	claims atomic.Int64
+	mu   sync.Mutex
+	took []time.Duration // since the last takeClaims
 }
 
 func (s *countingStore) Claim(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error) {
-	s.claims.Add(1)
-	return s.Postgres.Claim(ctx, r)
+	sent := time.Now()
+	leases, err := s.Postgres.Claim(ctx, r)
+	took := time.Since(sent)
+	s.mu.Lock()
+	s.took = append(s.took, took)
+	s.mu.Unlock()
+	return leases, err
+}
+
+// takeClaims returns the durations of the claims answered since the last
+// call, sorted, and forgets them.
+func (s *countingStore) takeClaims() []time.Duration {
+	s.mu.Lock()
+	took := s.took
+	s.took = nil
+	s.mu.Unlock()
+	slices.Sort(took)
+	return took
 }
 
 // pickupPhase runs the producers at rate (0: unthrottled) while a
@@ -391,7 +415,7 @@ func pickupPhase(ctx context.Context, cfg Config, pool *pgxpool.Pool, store *lea
 		return PickupPhase{}, err
 	}
 	time.Sleep(100 * time.Millisecond) // the listener's first wake claims nothing
-	claims0 := cs.claims.Load()
+	cs.takeClaims()
 	n, took, _, err := produce(ctx, cfg, pool, store, rate, func(id uuid.UUID, at time.Time) {
 		mu.Lock()
 		commits[id] = at
@@ -406,7 +430,12 @@ func pickupPhase(ctx context.Context, cfg Config, pool *pgxpool.Pool, store *lea
 	for picked.Load() < n && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	ph := PickupPhase{TargetRate: rate, Enqueued: n, EnqueuesPerSecond: float64(n) / took.Seconds(), Claims: cs.claims.Load() - claims0}
+	claims := cs.takeClaims()
+	ph := PickupPhase{TargetRate: rate, Enqueued: n, EnqueuesPerSecond: float64(n) / took.Seconds(), Claims: int64(len(claims))}
+	if len(claims) > 0 {
+		ph.ClaimP50Ms, ph.ClaimP99Ms = percentileMs(claims, 0.50), percentileMs(claims, 0.99)
+		ph.ClaimMaxMs = ms(claims[len(claims)-1])
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	lats := make([]time.Duration, 0, len(commits))
@@ -437,8 +466,8 @@ func writeProducerText(w io.Writer, res ProducerResult) error {
 	fmt.Fprintf(&b, "enqueues/s: signal %.0f, no signal %.0f (medians): %.2fx\n", res.SignalPerSecond, res.NoSignalPerSecond, res.Ratio)
 	fmt.Fprintf(&b, "pickup latency, commit to handler start, Listener-driven processor (%d slots, batch %d):\n", producerBenchConcurrency, producerBenchBatch)
 	for _, p := range res.Pickup {
-		fmt.Fprintf(&b, "  at %-10s %7.0f enqueues/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d messages, %d claims\n",
-			rateText(p.TargetRate), p.EnqueuesPerSecond, p.P50Ms, p.P99Ms, p.MaxMs, p.Picked, p.Claims)
+		fmt.Fprintf(&b, "  at %-10s %7.0f enqueues/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d messages, %d claims (p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
+			rateText(p.TargetRate), p.EnqueuesPerSecond, p.P50Ms, p.P99Ms, p.MaxMs, p.Picked, p.Claims, p.ClaimP50Ms, p.ClaimP99Ms, p.ClaimMaxMs)
 	}
 	if res.Kept {
 		fmt.Fprintf(&b, "database kept: %s\n", res.Database)
