@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,9 +124,11 @@ type Postgres struct {
 	lockTimeout string // lock_timeout setting, e.g. "5000ms"
 	tracing     tracing
 
-	schemaMu  sync.Mutex  // held while the lazy schema check runs
-	schemaOK  atomic.Bool // the schema check passed, or is skipped
-	skipCheck bool        // PostgresOptions.SkipSchemaCheck
+	// schemaTurn holds a token while the lazy schema check runs: a call
+	// that finds it taken waits for it as long as its own context allows.
+	schemaTurn chan struct{}
+	schemaOK   atomic.Bool // the schema check passed, or is skipped
+	skipCheck  bool        // PostgresOptions.SkipSchemaCheck
 }
 
 var _ Store = (*Postgres)(nil)
@@ -159,7 +160,8 @@ func NewPostgres(pool *pgxpool.Pool, q Queue, opts PostgresOptions) (*Postgres, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout, tracing: newTracing(opts.TracerProvider)}
+	s := &Postgres{pool: pool, queue: q, sql: sqlFor(q), now: opts.Now, lockTimeout: lockTimeout, tracing: newTracing(opts.TracerProvider),
+		schemaTurn: make(chan struct{}, 1)}
 	s.schemaOK.Store(opts.SkipSchemaCheck)
 	s.skipCheck = opts.SkipSchemaCheck
 	return s, nil
@@ -185,13 +187,19 @@ func (s *Postgres) CheckSchema(ctx context.Context) error {
 }
 
 // schemaReady runs CheckSchema unless a check passed (or is skipped); one
-// check at a time.
+// check at a time. A call that waits for another call's check gives up
+// with its own context's error when that ends first: a check stuck behind
+// an exhausted pool or a lock does not hold callers past their deadlines.
 func (s *Postgres) schemaReady(ctx context.Context) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
-	s.schemaMu.Lock()
-	defer s.schemaMu.Unlock()
+	select {
+	case s.schemaTurn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("leasing: wait for the schema check: %w", context.Cause(ctx))
+	}
+	defer func() { <-s.schemaTurn }()
 	if s.schemaOK.Load() {
 		return nil
 	}
