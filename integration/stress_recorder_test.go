@@ -133,7 +133,9 @@ func (s *recordingStore) Claim(ctx context.Context, r leasing.ClaimRequest) ([]l
 	}
 	leases, err := s.Store.Claim(ctx, r)
 	at := time.Now()
-	if err != nil {
+	// A *ParkedError comes with good leases: the claim dead-lettered rows
+	// it could not lease and leased the rest, which are recorded.
+	if pe := (*leasing.ParkedError)(nil); err != nil && !errors.As(err, &pe) {
 		s.rec.callError("claim", err)
 		return leases, err
 	}
@@ -143,7 +145,7 @@ func (s *recordingStore) Claim(ctx context.Context, r leasing.ClaimRequest) ([]l
 		s.rec.expiry[[2]any{l.Message.ID, l.Generation}] = l.ExpiresAt
 	}
 	s.rec.mu.Unlock()
-	return leases, nil
+	return leases, err
 }
 
 func (s *recordingStore) Renew(ctx context.Context, d time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error) {
