@@ -374,3 +374,50 @@ func (q *Queries) DiagnosticsTableHealth(ctx context.Context, db DBTX, arg Diagn
 	)
 	return i, err
 }
+
+const diagnosticsWorkSignalAccess = `-- name: DiagnosticsWorkSignalAccess :one
+SELECT (s.oid IS NOT NULL)::boolean AS present,
+       coalesce(s.oid::regclass::text, '')::text AS sequence_name,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS g
+               WHERE g.tgrelid = to_regclass($1::text)
+                 AND g.tgname = $1::text || '_notify_work'
+                 AND g.tgqual IS NOT NULL)::boolean AS gated,
+       coalesce(has_sequence_privilege(s.oid, 'SELECT'), false)::boolean AS selectable,
+       quote_ident(current_user)::text AS role_name
+FROM (SELECT to_regclass($1::text || '_work_signal')::oid AS oid) AS s
+`
+
+type DiagnosticsWorkSignalAccessParams struct {
+	TableName string
+}
+
+type DiagnosticsWorkSignalAccessRow struct {
+	Present      bool
+	SequenceName string
+	Gated        bool
+	Selectable   bool
+	RoleName     string
+}
+
+// DiagnosticsWorkSignalAccess reports, for the work signal of table_name
+// (migrations 00009 and 00014), whether its sequence
+// <table_name>_work_signal exists, whether the table's insert trigger
+// <table_name>_notify_work tests the signal's budget in a WHEN clause
+// (00014; 00009's trigger has none), and whether the current role may
+// SELECT the sequence, which that clause needs: it runs as the inserting
+// role, and a role without SELECT calls the trigger function on every
+// inserting statement instead. sequence_name is ” when absent; role_name
+// is the current role, both quoted for a GRANT where they need it. Names
+// resolve through search_path, like the queue queries'.
+func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg DiagnosticsWorkSignalAccessParams) (DiagnosticsWorkSignalAccessRow, error) {
+	row := db.QueryRow(ctx, diagnosticsWorkSignalAccess, arg.TableName)
+	var i DiagnosticsWorkSignalAccessRow
+	err := row.Scan(
+		&i.Present,
+		&i.SequenceName,
+		&i.Gated,
+		&i.Selectable,
+		&i.RoleName,
+	)
+	return i, err
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +142,134 @@ func TestDoctor(t *testing.T) {
 		require.NoError(t, err)
 		out := rep.Queues[0]
 		require.False(t, out.MayVacuum)
-		require.True(t, hasProblem(out.Warnings, "may not VACUUM outbox_messages"), out.Warnings)
+		require.NotNil(t, out.Keys)
+		require.False(t, out.Keys.MayVacuum)
+		require.True(t, hasProblem(out.Warnings, "may not VACUUM outbox_messages and outbox_ordering_keys:"), out.Warnings)
+	})
+
+	t.Run("Check/KeyTableMayNotVacuum", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		applyRoles(t, url)
+		// The role owns the queue's table, not its keys' table: the
+		// vacuum policy, which needs both, vacuums neither.
+		owner := tableOwner(t, url, "leasestore_processor", leasing.Inbox.Table())
+		pool := newPool(t, asUser(t, url, loginRole(t, url, owner)), "leasestore-doctor-keys-role", 2)
+		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		in := rep.Queues[0]
+		require.True(t, in.MayVacuum)
+		require.NotNil(t, in.Keys)
+		require.Equal(t, "inbox_ordering_keys", in.Keys.Table)
+		require.False(t, in.Keys.MayVacuum)
+		require.True(t, hasProblem(in.Warnings, "may not VACUUM inbox_ordering_keys: processors connecting as it leave inbox_messages and inbox_ordering_keys to autovacuum"), in.Warnings)
+		require.False(t, hasProblem(in.Warnings, "may not VACUUM inbox_messages"), in.Warnings)
+		require.Empty(t, in.Problems)
+
+		var out bytes.Buffer
+		require.NoError(t, doctor.WriteText(&out, rep))
+		require.Contains(t, out.String(), "inbox_ordering_keys: dead tuples 0 (live 0), last autovacuum never, last vacuum never, this role may vacuum false\n")
+	})
+
+	t.Run("Check/KeyTableDeadRows", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		pool := newPool(t, url, "leasestore-doctor-keys-churn", 1)
+		keys := leasing.Inbox.KeyTable()
+		// Autovacuum (when the server runs it) would take the count away
+		// between the reads below.
+		_, err := pool.Exec(ctx, "ALTER TABLE "+keys+" SET (autovacuum_enabled = false)")
+		require.NoError(t, err)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		// A keyed drain: each finished head moves its key row on, the last
+		// message of a key deletes it.
+		_, err = store.Enqueue(ctx, keyedMessages(200, 10)...)
+		require.NoError(t, err)
+		finishAll(t, pool, store)
+		dead := tableHealth(t, pool, keys).DeadTuples
+		require.Greater(t, dead, int64(1))
+
+		check := func(maxDead int64) doctor.QueueReport {
+			rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}, MaxDeadTuples: maxDead})
+			require.NoError(t, err)
+			return rep.Queues[0]
+		}
+		in := check(dead)
+		require.NotNil(t, in.Keys)
+		require.Equal(t, dead, in.Keys.DeadTuples)
+		require.True(t, in.Keys.MayVacuum)
+		require.False(t, hasProblem(in.Problems, keys), "%d dead rows are not more than %d: %v", dead, dead, in.Problems)
+		in = check(dead - 1)
+		require.True(t, hasProblem(in.Problems, fmt.Sprintf("%s holds %d dead row versions (more than %d)", keys, dead, dead-1)), in.Problems)
+	})
+
+	t.Run("Check/WorkSignalGrant", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		applyRoles(t, url)
+		role := loginRole(t, url, "leasestore_processor")
+		// A restore without privileges: the inbox's sequence has lost its
+		// grants, the outbox's keeps those of migration 00014 and
+		// db/roles.sql.
+		_, err := adminConn(t, url).Exec(ctx, "REVOKE SELECT ON SEQUENCE inbox_messages_work_signal FROM PUBLIC, leasestore_processor")
+		require.NoError(t, err)
+		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-signal", 2)
+		rep, err := doctor.Check(ctx, pool, doctor.Options{})
+		require.NoError(t, err)
+		in, out := rep.Queues[0], rep.Queues[1]
+		require.Equal(t, &doctor.SignalState{Sequence: "inbox_messages_work_signal", Gated: true, MaySelect: false}, in.Signal)
+		require.True(t, hasProblem(in.Warnings, "may not SELECT the work signal's sequence inbox_messages_work_signal"), in.Warnings)
+		require.True(t, hasProblem(in.Warnings, "GRANT SELECT ON SEQUENCE inbox_messages_work_signal TO "+role+","), in.Warnings)
+		require.Equal(t, &doctor.SignalState{Sequence: "outbox_messages_work_signal", Gated: true, MaySelect: true}, out.Signal)
+		require.False(t, hasProblem(out.Warnings, "work signal"), out.Warnings)
+	})
+
+	t.Run("Check/WorkSignalBefore00014", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := migratedTo(t, 13).Config().ConnString()
+		applyRoles(t, url)
+		role := loginRole(t, url, "leasestore_processor")
+		_, err := adminConn(t, url).Exec(ctx, "REVOKE SELECT ON SEQUENCE inbox_messages_work_signal FROM PUBLIC, leasestore_processor")
+		require.NoError(t, err)
+		// 00009's trigger calls its function on every inserting statement,
+		// whatever the role may read: nothing to warn about.
+		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-signal-13", 2)
+		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		in := rep.Queues[0]
+		require.Equal(t, &doctor.SignalState{Sequence: "inbox_messages_work_signal", Gated: false, MaySelect: false}, in.Signal)
+		require.False(t, hasProblem(in.Warnings, "work signal"), in.Warnings)
+	})
+
+	t.Run("Check/Before00010", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := migratedTo(t, 9)
+		rep, err := doctor.Check(ctx, pool, doctor.Options{})
+		require.NoError(t, err)
+		require.True(t, hasProblem(rep.Problems, "migrations not applied: 00010_ordering_keys"), rep.Problems)
+		for _, q := range rep.Queues {
+			require.Nil(t, q.Keys, q.Queue)
+			require.NotNil(t, q.Signal, q.Queue)
+			require.False(t, q.Signal.Gated, q.Queue)
+			keys := string(q.Queue) + "_ordering_keys"
+			require.False(t, hasProblem(q.Problems, keys), q.Problems)
+			require.False(t, hasProblem(q.Warnings, keys), q.Warnings)
+			require.False(t, hasProblem(q.Warnings, "work signal"), q.Warnings)
+		}
+		var out bytes.Buffer
+		require.NoError(t, doctor.WriteText(&out, rep))
+		require.NotContains(t, out.String(), "inbox_ordering_keys")
+		require.NotContains(t, out.String(), "outbox_ordering_keys")
+		var js bytes.Buffer
+		_, err = doctor.Run(ctx, pool, &js, true, doctor.Options{})
+		require.NoError(t, err)
+		require.NotContains(t, js.String(), `"keys"`)
 	})
 
 	t.Run("Check/OverdueCountsOnlyTimeDue", func(t *testing.T) {
@@ -181,6 +309,43 @@ func TestDoctor(t *testing.T) {
 		got, problems = overdue()
 		require.True(t, got, problems)
 	})
+}
+
+// tableOwner creates a NOLOGIN role in group, unique to this test, and
+// makes it the owner of tables; when the test ends, after the login roles
+// in it are dropped and before the database is, the tables go back to the
+// connecting user and the role is dropped. Returns the role's name.
+func tableOwner(t *testing.T, url, group string, tables ...string) string {
+	t.Helper()
+	name := dbtest.RoleName(t)
+	owner := pgx.Identifier{name}.Sanitize()
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer c.Close(context.Background())
+		stmts := []string{}
+		for _, table := range tables {
+			stmts = append(stmts, "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" OWNER TO CURRENT_USER")
+		}
+		for _, stmt := range append(stmts, "DROP ROLE IF EXISTS "+owner) {
+			if _, err := c.Exec(context.Background(), stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	admin := adminConn(t, url)
+	stmts := []string{"CREATE ROLE " + owner + " NOLOGIN IN ROLE " + pgx.Identifier{group}.Sanitize()}
+	for _, table := range tables {
+		stmts = append(stmts, "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" OWNER TO "+owner)
+	}
+	for _, stmt := range stmts {
+		_, err := admin.Exec(context.Background(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	return name
 }
 
 func hasProblem(list []string, part string) bool {

@@ -120,3 +120,24 @@ SELECT s.n_dead_tup::bigint AS dead_tuples,
 FROM pg_catalog.pg_stat_user_tables AS s
 JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
 WHERE s.relid = to_regclass(@table_name::text);
+
+-- DiagnosticsWorkSignalAccess reports, for the work signal of table_name
+-- (migrations 00009 and 00014), whether its sequence
+-- <table_name>_work_signal exists, whether the table's insert trigger
+-- <table_name>_notify_work tests the signal's budget in a WHEN clause
+-- (00014; 00009's trigger has none), and whether the current role may
+-- SELECT the sequence, which that clause needs: it runs as the inserting
+-- role, and a role without SELECT calls the trigger function on every
+-- inserting statement instead. sequence_name is '' when absent; role_name
+-- is the current role, both quoted for a GRANT where they need it. Names
+-- resolve through search_path, like the queue queries'.
+-- name: DiagnosticsWorkSignalAccess :one
+SELECT (s.oid IS NOT NULL)::boolean AS present,
+       coalesce(s.oid::regclass::text, '')::text AS sequence_name,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger AS g
+               WHERE g.tgrelid = to_regclass(@table_name::text)
+                 AND g.tgname = @table_name::text || '_notify_work'
+                 AND g.tgqual IS NOT NULL)::boolean AS gated,
+       coalesce(has_sequence_privilege(s.oid, 'SELECT'), false)::boolean AS selectable,
+       quote_ident(current_user)::text AS role_name
+FROM (SELECT to_regclass(@table_name::text || '_work_signal')::oid AS oid) AS s;

@@ -2,8 +2,10 @@
 // the migrations this version needs and the indexes a claim needs (the
 // list leasing.CheckSchema checks, from db.Requirements), the plan and cost of a real claim (run under
 // EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
-// autovacuum, and sessions that hold back VACUUM. Each problem comes with
-// its reason in words; warnings are reported but leave the database healthy.
+// autovacuum of the queue tables and their ordering keys' tables, the
+// connected role's rights to VACUUM them and to read the work signal's
+// sequence, and sessions that hold back VACUUM. Each problem comes with its
+// reason in words; warnings are reported but leave the database healthy.
 package doctor
 
 import (
@@ -41,9 +43,10 @@ type Options struct {
 	// visibility time, or since its lease expired) before it is a problem.
 	// Defaults to 15 minutes.
 	MaxOldestDue time.Duration
-	// MaxDeadTuples is the most dead row versions a queue table may hold
-	// before it is a problem (the shipped settings start autovacuum at
-	// 5,000). Defaults to 100,000.
+	// MaxDeadTuples is the most dead row versions a queue table, or its
+	// ordering keys' table, may hold before it is a problem (the shipped
+	// settings start autovacuum of the queue tables at 5,000). Defaults to
+	// 100,000.
 	MaxDeadTuples int64
 	// MaxXactAge is the longest a transaction may hold back VACUUM before
 	// it is a problem. Defaults to 5 minutes.
@@ -186,9 +189,49 @@ type QueueReport struct {
 	MayVacuum bool `json:"may_vacuum"`
 	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
 	StorageOptions []string `json:"storage_options"`
+	// Keys is the queue's ordering keys' table (leasing.Queue.KeyTable);
+	// nil on a schema before migration 00010, which has none.
+	Keys *KeyTableState `json:"keys,omitempty"`
+	// Signal is the queue's work signal; nil on a schema before migration
+	// 00009, which has no signal sequence.
+	Signal *SignalState `json:"signal,omitempty"`
 	// Problems and Warnings are this queue's findings, in words.
 	Problems []string `json:"problems"`
 	Warnings []string `json:"warnings"`
+}
+
+// KeyTableState is a queue's ordering keys' table: its dead rows and
+// vacuum, reported like the queue table's in QueueReport.
+type KeyTableState struct {
+	Table string `json:"table"`
+	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
+	// row versions in the table (pg_stat_user_tables).
+	DeadTuples int64 `json:"dead_tuples"`
+	LiveTuples int64 `json:"live_tuples"`
+	// LastAutovacuum and LastVacuum are when VACUUM last finished on the
+	// table; null when never since statistics were reset.
+	LastAutovacuum *time.Time `json:"last_autovacuum"`
+	LastVacuum     *time.Time `json:"last_vacuum"`
+	// MayVacuum says whether the role doctor connected as may VACUUM the
+	// table. Processors' vacuum policy needs it on both tables of the
+	// queue: without it on either, it vacuums neither (see
+	// leasing.ErrVacuumNotAllowed).
+	MayVacuum bool `json:"may_vacuum"`
+}
+
+// SignalState is a queue's work signal: the sequence that holds its
+// budget (migration 00009) and the insert trigger's WHEN clause that reads
+// it as the inserting role (migration 00014).
+type SignalState struct {
+	// Sequence is the sequence's name, e.g. "inbox_messages_work_signal".
+	Sequence string `json:"sequence"`
+	// Gated is true when the insert trigger tests the budget in its WHEN
+	// clause (migration 00014 applied).
+	Gated bool `json:"gated"`
+	// MaySelect says whether the role doctor connected as may SELECT the
+	// sequence. Without it, once Gated, each of its inserting statements
+	// calls the trigger function, which costs producers throughput.
+	MaySelect bool `json:"may_select"`
 }
 
 // IndexState is one required index.
@@ -296,8 +339,36 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %s vacuum rights: %w", t, err)
 	}
-	if qr.MayVacuum = vacuum.MayVacuum; !qr.MayVacuum {
-		warn("this role may not VACUUM %s: processors connecting as it leave the table to autovacuum (their vacuum policy reports leasing.ErrVacuumNotAllowed once); run them as the table owner, or a member that inherits its rights, to keep claims cheap under heavy churn", t)
+	qr.MayVacuum = vacuum.MayVacuum
+	if qr.Keys, err = checkKeyTable(ctx, pool, q); err != nil {
+		return qr, err
+	}
+	switch {
+	case qr.Keys == nil:
+		if !qr.MayVacuum {
+			warn("this role may not VACUUM %s: processors connecting as it leave the table to autovacuum (their vacuum policy reports leasing.ErrVacuumNotAllowed once); run them as the table owner, or a member that inherits its rights, to keep claims cheap under heavy churn", t)
+		}
+	case !qr.MayVacuum || !qr.Keys.MayVacuum:
+		var denied []string
+		if !qr.MayVacuum {
+			denied = append(denied, t)
+		}
+		if !qr.Keys.MayVacuum {
+			denied = append(denied, qr.Keys.Table)
+		}
+		warn("this role may not VACUUM %s: processors connecting as it leave %s and %s to autovacuum (their vacuum policy needs the owner's rights on both tables and reports leasing.ErrVacuumNotAllowed once); run them as the tables' owner, or a member that inherits its rights, to keep claims and keyed writes cheap under heavy churn",
+			strings.Join(denied, " and "), t, qr.Keys.Table)
+	}
+	signal, err := g.DiagnosticsWorkSignalAccess(ctx, pool, gen.DiagnosticsWorkSignalAccessParams{TableName: t})
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %s work signal: %w", t, err)
+	}
+	if signal.Present {
+		qr.Signal = &SignalState{Sequence: signal.SequenceName, Gated: signal.Gated, MaySelect: signal.Selectable}
+		if signal.Gated && !signal.Selectable {
+			warn("this role may not SELECT the work signal's sequence %s, which the insert trigger's WHEN clause reads: each statement that inserts into %s as this role calls the trigger function instead (as before migration 00014), which costs producers throughput; GRANT SELECT ON SEQUENCE %s TO %s, or run db/roles.sql, which grants it to leasestore_processor",
+				qr.Signal.Sequence, t, qr.Signal.Sequence, signal.RoleName)
+		}
 	}
 
 	indexes, err := g.DiagnosticsIndexes(ctx, pool, gen.DiagnosticsIndexesParams{TableName: t})
@@ -386,6 +457,10 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
 			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
 	}
+	if k := qr.Keys; k != nil && k.DeadTuples > opts.MaxDeadTuples {
+		problem("%s holds %d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and keyed enqueues and outcome writes read the dead versions",
+			k.Table, k.DeadTuples, opts.MaxDeadTuples, ago(k.LastAutovacuum))
+	}
 	for _, opt := range qr.StorageOptions {
 		if opt == "autovacuum_enabled=false" || opt == "autovacuum_enabled=off" {
 			problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
@@ -397,6 +472,31 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		}
 	}
 	return qr, nil
+}
+
+// checkKeyTable returns the statistics and vacuum right of queue q's
+// ordering keys' table, from the queries that report the queue table's;
+// nil when the table does not exist (a schema before migration 00010,
+// which checkMigrations reports).
+func checkKeyTable(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue) (*KeyTableState, error) {
+	g := gen.New()
+	t := q.KeyTable()
+	health, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("doctor: %s statistics: %w", t, err)
+	}
+	vacuum, err := g.VacuumState(ctx, pool, gen.VacuumStateParams{TableName: t})
+	if err != nil {
+		return nil, fmt.Errorf("doctor: %s vacuum rights: %w", t, err)
+	}
+	return &KeyTableState{
+		Table: t, DeadTuples: health.DeadTuples, LiveTuples: health.LiveTuples,
+		LastAutovacuum: utc(health.LastAutovacuum), LastVacuum: utc(health.LastVacuum),
+		MayVacuum: vacuum.MayVacuum,
+	}, nil
 }
 
 // checkClaim explains a real claim of opts.BatchSize on store's queue
@@ -622,6 +722,10 @@ func WriteText(w io.Writer, rep Report) error {
 			}
 			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
 				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum), q.MayVacuum)
+			if k := q.Keys; k != nil {
+				fmt.Fprintf(&b, "  %s: dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
+					k.Table, k.DeadTuples, k.LiveTuples, ago(k.LastAutovacuum), ago(k.LastVacuum), k.MayVacuum)
+			}
 		}
 		for _, p := range q.Problems {
 			fmt.Fprintf(&b, "  problem: %s\n", p)

@@ -63,13 +63,13 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.IntVar(&opts.BatchSize, "batch", 10, "batch size of the measured claim")
 	fs.Int64Var(&opts.MaxClaimBuffers, "max-claim-buffers", 0, "most shared buffers the claim may touch (default 100 x batch)")
 	fs.DurationVar(&opts.MaxOldestDue, "max-oldest-due", 15*time.Minute, "longest the oldest due message may have been due (time deferred, leased or waiting on a retry delay does not count)")
-	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table")
+	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table or ordering keys' table")
 	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: doctor [flags]\n\n"+
 			"Checks migrations, indexes, the claim's plan and cost, lease and backlog health,\n"+
-			"dead rows and autovacuum, and sessions holding back VACUUM. Exit status 1 when\n"+
-			"something is wrong.\n\n")
+			"dead rows and autovacuum, VACUUM rights, the work signal's sequence grant, and\n"+
+			"sessions holding back VACUUM. Exit status 1 when something is wrong.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
