@@ -1,0 +1,62 @@
+#!/bin/bash
+# Drains N messages (default 200,000; over KEYS ordering keys, default
+# 1,000, for the keyed variants) with pgbench, CLIENTS clients (4) claiming
+# BATCH (100) a time, once per VARIANT named, each on a fresh fill of a
+# database of its own, and prints messages/s. The variants are described
+# in scripts.py. A loop VACUUMs the tables every 250 ms during each drain,
+# as the processors' vacuum policy would. Needs pgbench, psql and python3.
+#
+#   docs/2026-12-01-ordering-keys-prototype/run.sh U K0 K1 K2 K2 K1 K0 U
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+work=$(mktemp -d)
+cp "$repo/internal/bench/pgbench/inbox_claim_complete.pgbench" "$work/U.pgbench"
+python3 "$here/scripts.py" "$repo" "$work"
+(cd "$repo/cmd/leasectl" && go build -o "$work/leasectl" .)
+N=${N:-200000}; KEYS=${KEYS:-1000}; CLIENTS=${CLIENTS:-4}; BATCH=${BATCH:-100}
+DB=proto_keys_$$
+ADMIN="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+URL="postgres://postgres@127.0.0.1:5432/$DB?sslmode=disable"
+psql "$ADMIN" -qc "CREATE DATABASE $DB"
+vpid=
+cleanup() { if [ -n "$vpid" ]; then kill $vpid 2>/dev/null || true; fi; psql "$ADMIN" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"; rm -rf "$work"; }
+trap cleanup EXIT
+"$work/leasectl" migrate up --database-url "$URL" >/dev/null
+psql "$URL" -qc "CREATE TABLE inbox_ready_heads (message_id uuid PRIMARY KEY, created_at timestamptz NOT NULL, tenant_id text NOT NULL, ordering_key text NOT NULL);
+CREATE INDEX inbox_ready_heads_order_idx ON inbox_ready_heads (created_at, message_id);"
+fill() {
+  local v=$1 keyed=1 headstatus=pending
+  [ "$v" = U ] && keyed=0
+  [ "$v" = K1 ] && headstatus=waiting
+  psql "$URL" -q -v ON_ERROR_STOP=1 <<SQL
+TRUNCATE inbox_messages, inbox_ordering_keys, inbox_ready_heads;
+INSERT INTO inbox_messages (message_id, message_type, payload, created_at, visible_after, status, ordering_key, key_seq)
+SELECT gen_random_uuid(), 'bench', convert_to(repeat('x', 64), 'UTF8'), c.created_at, c.created_at,
+       CASE WHEN $keyed = 0 THEN 'pending' WHEN c.i < $KEYS THEN '$headstatus' ELSE 'waiting' END,
+       CASE WHEN $keyed = 1 THEN 'key-' || (c.i % $KEYS) END,
+       CASE WHEN $keyed = 1 THEN c.i / $KEYS + 1 END
+FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at, g AS i
+      FROM generate_series(0, $N - 1) AS g) AS c;
+INSERT INTO inbox_ordering_keys (tenant_id, ordering_key, last_seq, head_id, head_since)
+SELECT '', ordering_key, max(key_seq), (array_agg(message_id ORDER BY key_seq))[1], now()
+FROM inbox_messages WHERE ordering_key IS NOT NULL GROUP BY ordering_key;
+INSERT INTO inbox_ready_heads SELECT message_id, created_at, '', ordering_key
+FROM inbox_messages WHERE '$v' = 'K1' AND key_seq = 1;
+VACUUM (ANALYZE) inbox_messages; VACUUM (ANALYZE) inbox_ordering_keys; VACUUM (ANALYZE) inbox_ready_heads;
+CHECKPOINT;
+SQL
+}
+for v in "$@"; do
+  fill $v
+  ( while :; do psql "$URL" -q -c "VACUUM inbox_messages" -c "VACUUM inbox_ordering_keys" -c "VACUUM inbox_ready_heads" >/dev/null 2>&1 || true; sleep 0.25; done ) &
+  vpid=$!
+  T=$(( N / BATCH / CLIENTS + 20 ))
+  s=$(date +%s.%N)
+  pgbench -n -M prepared -c $CLIENTS -j $CLIENTS -t $T -D batch=$BATCH -D owner=w -D lease_for='5 minutes' -D cn=0 -D cids='{}' -D cgens='{}' -f "$work/$v.pgbench" "$URL" > "$work/pgbench.out" 2>&1 || { cat "$work/pgbench.out"; exit 1; }
+  e=$(date +%s.%N)
+  kill $vpid 2>/dev/null || true; wait $vpid 2>/dev/null || true; vpid=
+  done=$(psql "$URL" -Atc "SELECT count(*) FROM inbox_messages WHERE status = 'completed'")
+  early=$(psql "$URL" -Atc "SELECT count(*) FROM (SELECT completed_at < lag(completed_at) OVER (PARTITION BY ordering_key ORDER BY key_seq) AS early FROM inbox_messages WHERE ordering_key IS NOT NULL) s WHERE early")
+  echo "$v $(python3 -c "print('%.0f msg/s' % ($done/($e-$s)))") completed=$done out_of_order=$early load=$(cut -d' ' -f1 /proc/loadavg)"
+done
