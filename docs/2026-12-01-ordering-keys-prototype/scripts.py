@@ -16,6 +16,7 @@ differ only where the design differs:
       of the batch
   K4  K0 without the KeyLock statement (KeyAdvance takes the same locks):
       the most that folding the locks into another statement can save
+  K5  K2 without the KeyLock statement: the two gains together
 
 A prototype for measurement only: none of it is the store's code.
 """
@@ -116,3 +117,7 @@ open(os.path.join(out, 'K2.pgbench'), 'w').write(K2)
 # locks): what folding the locks into another statement could save at most.
 K4=claim+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+keyadv+';\nCOMMIT;\n\\endif\n'
 open(os.path.join(out, 'K4.pgbench'), 'w').write(K4)
+
+# K5: K2 without the KeyLock statement: the two gains together.
+K5=claim2+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+adv2+'\n\\gset\nCOMMIT;\n\\else\n\\set cn 0\n\\endif\n'
+open(os.path.join(out, 'K5.pgbench'), 'w').write(K5)
