@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -291,5 +292,89 @@ func TestDeadLetterByIDAtGenerationLimit(t *testing.T) {
 		w, err := store.Complete(ctx, leases[0])
 		require.NoError(t, err)
 		require.Equal(t, leasing.OutcomeTerminal, w.Outcomes[0].Outcome, q)
+	}
+}
+
+// TestClaimParkedHeadFreesItsKey: a keyed head that the claim parks frees
+// its key in the transaction that follows the claim's, so the next message
+// of the key is claimed next; when that transaction fails (here: a role
+// that may claim but not lock the key rows), the *ParkedError says so in
+// KeysNotFreed, the key stays held, and requeueing the fixed head lets the
+// key go on.
+func TestClaimParkedHeadFreesItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, q := range queuesBoth {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			url := freshURL(t)
+			store := openStore(t, url, q, leasing.PostgresOptions{})
+			conn := adminConn(t, url)
+			claim := leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute}
+			enqueue := func() (head, next uuid.UUID) {
+				res, err := store.Enqueue(ctx, leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
+				require.NoError(t, err)
+				writeBadRow(t, conn, q, res.IDs[0], `headers = '[1]'`)
+				return res.IDs[0], res.IDs[1]
+			}
+
+			head, next := enqueue()
+			leases, err := store.Claim(ctx, claim)
+			var pe *leasing.ParkedError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, head, pe.Parked[0].ID)
+			require.NoError(t, pe.KeysNotFreed)
+			require.Empty(t, leases, "the next message of the key waits until the parked head's key is freed")
+			leases, err = store.Claim(ctx, claim)
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{next}, leaseIDs(leases))
+			_, err = store.Complete(ctx, leases...)
+			require.NoError(t, err)
+
+			// A role that may claim from the queue's table but not lock its
+			// key rows: the claim parks the head, and freeing the key fails.
+			role := dbtest.RoleName(t)
+			ident := pgx.Identifier{role}.Sanitize()
+			_, err = conn.Exec(ctx, "CREATE ROLE "+ident+" LOGIN")
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				if err := dropRole(url, role); err != nil {
+					t.Errorf("drop role %s: %v", role, err)
+				}
+			})
+			_, err = conn.Exec(ctx, "GRANT SELECT, UPDATE ON "+tableOf(q)+" TO "+ident)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				if _, err := adminConn(t, url).Exec(ctx, "REVOKE ALL ON "+tableOf(q)+" FROM "+ident); err != nil {
+					t.Errorf("revoke: %v", err)
+				}
+			})
+			limited := openStore(t, asUser(t, url, role), q, leasing.PostgresOptions{SkipSchemaCheck: true})
+
+			head, next = enqueue()
+			leases, err = limited.Claim(ctx, claim)
+			require.ErrorAs(t, err, &pe)
+			require.Empty(t, leases)
+			require.Equal(t, head, pe.Parked[0].ID)
+			require.ErrorContains(t, pe.KeysNotFreed, "permission denied")
+			require.ErrorContains(t, err, "ordering keys stay held until they are requeued or purged")
+			leases, err = store.Claim(ctx, claim)
+			require.NoError(t, err)
+			require.Empty(t, leases, "the key stays held by its parked head")
+
+			_, err = conn.Exec(ctx, "UPDATE "+tableOf(q)+" SET headers = '{}' WHERE message_id = $1", head)
+			require.NoError(t, err)
+			rq, err := store.Requeue(ctx, head)
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{head}, rq.Requeued)
+			leases, err = store.Claim(ctx, claim)
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{head}, leaseIDs(leases), "the requeued head holds its key again, first")
+			_, err = store.Complete(ctx, leases...)
+			require.NoError(t, err)
+			leases, err = store.Claim(ctx, claim)
+			require.NoError(t, err)
+			require.Equal(t, []uuid.UUID{next}, leaseIDs(leases))
+		})
 	}
 }

@@ -95,6 +95,14 @@ type ParkedError struct {
 	Queue Queue
 	// Parked lists the parked rows, ordered by message id.
 	Parked []ParkedRow
+	// KeysNotFreed is nil unless freeing the ordering keys of parked rows
+	// that were their keys' heads failed (Postgres does it in a
+	// transaction of its own, right after the claim's, even when the
+	// claim's context has ended). Those keys then stay held, as under
+	// strict ordering, until the parked rows are requeued or purged;
+	// leasectl doctor names the longest-held key. Unwrap does not return
+	// it: the claim and its leases are good.
+	KeysNotFreed error
 }
 
 // ParkedRow is one row a claim parked.
@@ -106,22 +114,28 @@ type ParkedRow struct {
 	Reason string
 }
 
-// Error implements error: the queue, the count and the first row's reason.
+// Error implements error: the queue, the count, the first row's reason
+// and, when set, KeysNotFreed.
 func (e *ParkedError) Error() string {
 	if len(e.Parked) == 0 {
 		return fmt.Sprintf("leasing: claim %s parked no messages", e.Queue)
 	}
-	return fmt.Sprintf("leasing: claim %s parked %s as dead_lettered; first %s: %s",
+	msg := fmt.Sprintf("leasing: claim %s parked %s as dead_lettered; first %s: %s",
 		e.Queue, plural.Count(len(e.Parked), "message", "messages"), e.Parked[0].ID, e.Parked[0].Reason)
+	if e.KeysNotFreed != nil {
+		msg += "; their ordering keys stay held until they are requeued or purged: " + e.KeysNotFreed.Error()
+	}
+	return msg
 }
 
 // Is reports whether target is ErrParked.
 func (e *ParkedError) Is(target error) bool { return target == ErrParked }
 
-// parkedError returns a *ParkedError for parked, or nil when it is empty.
-func parkedError(q Queue, parked []ParkedRow) error {
+// parkedError returns a *ParkedError for parked and the error of freeing
+// their keys, or nil when parked is empty.
+func parkedError(q Queue, parked []ParkedRow, keysNotFreed error) error {
 	if len(parked) == 0 {
 		return nil
 	}
-	return &ParkedError{Queue: q, Parked: parked}
+	return &ParkedError{Queue: q, Parked: parked, KeysNotFreed: keysNotFreed}
 }

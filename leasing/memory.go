@@ -274,7 +274,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 		})
 	}
 	slices.SortFunc(parked, func(a, b ParkedRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	return leases, parkedError(m.queue, parked)
+	return leases, parkedError(m.queue, parked, nil)
 }
 
 // unclaimable returns why a claim cannot lease r, or "": the reasons of the

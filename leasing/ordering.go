@@ -139,19 +139,30 @@ func (s *Postgres) keySteps(ctx context.Context, ids []uuid.UUID) []func(gen.DBT
 	}
 }
 
+// parkedKeysTimeout bounds releaseParked, which runs after the claim's
+// context may have ended.
+const parkedKeysTimeout = 10 * time.Second
+
 // releaseParked frees the keys of rows a claim parked (dead-lettered) that
 // were their keys' heads, in a transaction of its own after the claim's.
-// Should it fail, such a key stays blocked, as in strict ordering, until
-// the parked row is requeued or purged.
-func (s *Postgres) releaseParked(ctx context.Context, parked []ParkedRow) {
+// The claim has committed the parking, so the release runs even when ctx
+// has ended since, for at most parkedKeysTimeout. Should it fail, such a
+// key stays blocked, as in strict ordering, until the parked row is
+// requeued or purged; the error says so (ParkedError.KeysNotFreed).
+func (s *Postgres) releaseParked(ctx context.Context, parked []ParkedRow) error {
 	if len(parked) == 0 {
-		return
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkedKeysTimeout)
+	defer cancel()
 	ids := make([]uuid.UUID, len(parked))
 	for i, p := range parked {
 		ids[i] = p.ID
 	}
-	_ = s.pipelineSessionPlans(ctx, s.keySteps(ctx, ids)...)
+	if err := s.pipelineSessionPlans(ctx, s.keySteps(ctx, ids)...); err != nil {
+		return fmt.Errorf("leasing: free the keys of the messages the claim of %s parked: %w", s.queue, err)
+	}
+	return nil
 }
 
 // memKey is Memory's row of one ordering key: as *_ordering_keys.

@@ -354,8 +354,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	s.releaseParked(ctx, parked)
-	return leases, parkedError(s.queue, parked)
+	return leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
 }
 
 // runClaim sends the claim statement for r on db: the tenant's claim when
@@ -454,8 +453,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err = s.pipeline(ctx, steps...); err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	s.releaseParked(ctx, parked)
-	return WriteResult{Outcomes: outcomes}, leases, parkedError(s.queue, parked)
+	return WriteResult{Outcomes: outcomes}, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
 }
 
 // Fail implements Store.Fail with one statement for the batch.

@@ -65,12 +65,17 @@ func (p *Processor) claimFailed(err error) {
 }
 
 // claimParked reports the *leasing.ParkedError pe of a claim and logs each
-// row it parked (warn: the row is dead-lettered).
+// row it parked (warn: the row is dead-lettered), and, as an error, keys
+// the store could not free (their messages wait for an operator).
 func (p *Processor) claimParked(pe *leasing.ParkedError) {
 	p.report(p.errorf("claim", pe))
 	for _, r := range pe.Parked {
 		p.log.log(slog.LevelWarn, "message parked by the claim",
 			slog.String(LogKeyMessageID, r.ID.String()), slog.String(LogKeyError, r.Reason))
+	}
+	if pe.KeysNotFreed != nil {
+		p.log.log(slog.LevelError, "ordering keys of parked messages not freed: requeue or purge them",
+			slog.Int("parked", len(pe.Parked)), errAttr(pe.KeysNotFreed))
 	}
 }
 
