@@ -196,8 +196,12 @@ func (s *Postgres) schemaReady(ctx context.Context) error {
 	}
 	select {
 	case s.schemaTurn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("leasing: wait for the schema check: %w", context.Cause(ctx))
+	default: // another call's check runs: wait for it
+		select {
+		case s.schemaTurn <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("leasing: wait for the schema check: %w", ctx.Err())
+		}
 	}
 	defer func() { <-s.schemaTurn }()
 	if s.schemaOK.Load() {
