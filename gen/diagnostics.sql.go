@@ -383,7 +383,13 @@ SELECT (s.oid IS NOT NULL)::boolean AS present,
                  AND g.tgname = $1::text || '_notify_work'
                  AND g.tgqual IS NOT NULL)::boolean AS gated,
        coalesce(has_sequence_privilege(s.oid, 'SELECT'), false)::boolean AS selectable,
-       quote_ident(current_user)::text AS role_name
+       coalesce((SELECT array_agg(quote_ident(r.rolname) ORDER BY r.rolname)
+                 FROM pg_catalog.pg_roles AS r
+                 WHERE s.oid IS NOT NULL
+                   AND r.rolname !~ '^pg_'
+                   AND has_table_privilege(r.oid, to_regclass($1::text), 'INSERT')
+                   AND NOT has_sequence_privilege(r.oid, s.oid, 'SELECT')),
+                '{}')::text[] AS roles_without_select
 FROM (SELECT to_regclass($1::text || '_work_signal')::oid AS oid) AS s
 `
 
@@ -392,23 +398,24 @@ type DiagnosticsWorkSignalAccessParams struct {
 }
 
 type DiagnosticsWorkSignalAccessRow struct {
-	Present      bool
-	SequenceName string
-	Gated        bool
-	Selectable   bool
-	RoleName     string
+	Present            bool
+	SequenceName       string
+	Gated              bool
+	Selectable         bool
+	RolesWithoutSelect []string
 }
 
 // DiagnosticsWorkSignalAccess reports, for the work signal of table_name
 // (migrations 00009 and 00014), whether its sequence
 // <table_name>_work_signal exists, whether the table's insert trigger
 // <table_name>_notify_work tests the signal's budget in a WHEN clause
-// (00014; 00009's trigger has none), and whether the current role may
-// SELECT the sequence, which that clause needs: it runs as the inserting
-// role, and a role without SELECT calls the trigger function on every
-// inserting statement instead. sequence_name is ” when absent; role_name
-// is the current role, both quoted for a GRANT where they need it. Names
-// resolve through search_path, like the queue queries'.
+// (00014; 00009's trigger has none), whether the current role may SELECT
+// the sequence, and which roles may INSERT into the table but not SELECT
+// the sequence (quoted for a GRANT, in name order; the built-in pg_*
+// roles left out). The WHEN clause runs as the inserting role: a role
+// without SELECT calls the trigger function on every inserting statement
+// instead. sequence_name is ” when absent. Names resolve through
+// search_path, like the queue queries'. Reads every role: for doctor.
 func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg DiagnosticsWorkSignalAccessParams) (DiagnosticsWorkSignalAccessRow, error) {
 	row := db.QueryRow(ctx, diagnosticsWorkSignalAccess, arg.TableName)
 	var i DiagnosticsWorkSignalAccessRow
@@ -417,7 +424,7 @@ func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg 
 		&i.SequenceName,
 		&i.Gated,
 		&i.Selectable,
-		&i.RoleName,
+		&i.RolesWithoutSelect,
 	)
 	return i, err
 }

@@ -201,7 +201,8 @@ func TestDoctor(t *testing.T) {
 		require.NotNil(t, in.Keys)
 		require.Equal(t, dead, in.Keys.DeadTuples)
 		require.True(t, in.Keys.MayVacuum)
-		require.False(t, hasProblem(in.Problems, keys), "%d dead rows are not more than %d: %v", dead, dead, in.Problems)
+		require.False(t, hasProblem(in.Problems, keys+" holds"), "%d dead rows are not more than %d: %v", dead, dead, in.Problems)
+		require.True(t, hasProblem(in.Problems, "autovacuum is turned off for "+keys), in.Problems)
 		in = check(dead - 1)
 		require.True(t, hasProblem(in.Problems, fmt.Sprintf("%s holds %d dead row versions (more than %d)", keys, dead, dead-1)), in.Problems)
 	})
@@ -217,15 +218,26 @@ func TestDoctor(t *testing.T) {
 		// db/roles.sql.
 		_, err := adminConn(t, url).Exec(ctx, "REVOKE SELECT ON SEQUENCE inbox_messages_work_signal FROM PUBLIC, leasestore_processor")
 		require.NoError(t, err)
-		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-signal", 2)
-		rep, err := doctor.Check(ctx, pool, doctor.Options{})
-		require.NoError(t, err)
-		in, out := rep.Queues[0], rep.Queues[1]
-		require.Equal(t, &doctor.SignalState{Sequence: "inbox_messages_work_signal", Gated: true, MaySelect: false}, in.Signal)
-		require.True(t, hasProblem(in.Warnings, "may not SELECT the work signal's sequence inbox_messages_work_signal"), in.Warnings)
-		require.True(t, hasProblem(in.Warnings, "GRANT SELECT ON SEQUENCE inbox_messages_work_signal TO "+role+","), in.Warnings)
-		require.Equal(t, &doctor.SignalState{Sequence: "outbox_messages_work_signal", Gated: true, MaySelect: true}, out.Signal)
-		require.False(t, hasProblem(out.Warnings, "work signal"), out.Warnings)
+		// Run as the producer's role, and as the tables' owner (who may
+		// read the sequence itself), doctor names the roles that may insert
+		// but not read the sequence.
+		for name, pool := range map[string]*pgxpool.Pool{
+			"producer": newPool(t, asUser(t, url, role), "leasestore-doctor-signal", 2),
+			"owner":    newPool(t, url, "leasestore-doctor-signal-owner", 2),
+		} {
+			rep, err := doctor.Check(ctx, pool, doctor.Options{})
+			require.NoError(t, err, name)
+			in, out := rep.Queues[0], rep.Queues[1]
+			require.Equal(t, "inbox_messages_work_signal", in.Signal.Sequence, name)
+			require.True(t, in.Signal.Gated, name)
+			require.Equal(t, name == "owner", in.Signal.MaySelect, name)
+			require.Subset(t, in.Signal.RolesWithoutSelect, []string{role, "leasestore_processor"}, name)
+			require.True(t, hasProblem(in.Warnings, "may insert into inbox_messages but not SELECT the work signal's sequence inbox_messages_work_signal"), in.Warnings)
+			require.True(t, hasProblem(in.Warnings, "GRANT SELECT ON SEQUENCE inbox_messages_work_signal TO "), in.Warnings)
+			require.True(t, hasProblem(in.Warnings, role), in.Warnings)
+			require.Equal(t, &doctor.SignalState{Sequence: "outbox_messages_work_signal", Gated: true, MaySelect: true, RolesWithoutSelect: []string{}}, out.Signal, name)
+			require.False(t, hasProblem(out.Warnings, "work signal"), out.Warnings)
+		}
 	})
 
 	t.Run("Check/WorkSignalBefore00014", func(t *testing.T) {
@@ -242,7 +254,10 @@ func TestDoctor(t *testing.T) {
 		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
 		require.NoError(t, err)
 		in := rep.Queues[0]
-		require.Equal(t, &doctor.SignalState{Sequence: "inbox_messages_work_signal", Gated: false, MaySelect: false}, in.Signal)
+		require.Equal(t, "inbox_messages_work_signal", in.Signal.Sequence)
+		require.False(t, in.Signal.Gated)
+		require.False(t, in.Signal.MaySelect)
+		require.Contains(t, in.Signal.RolesWithoutSelect, role)
 		require.False(t, hasProblem(in.Warnings, "work signal"), in.Warnings)
 	})
 

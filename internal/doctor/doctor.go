@@ -203,6 +203,7 @@ type QueueReport struct {
 // KeyTableState is a queue's ordering keys' table: its dead rows and
 // vacuum, reported like the queue table's in QueueReport.
 type KeyTableState struct {
+	// Table is the table's name, e.g. "inbox_ordering_keys".
 	Table string `json:"table"`
 	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
 	// row versions in the table (pg_stat_user_tables).
@@ -217,6 +218,8 @@ type KeyTableState struct {
 	// queue: without it on either, it vacuums neither (see
 	// leasing.ErrVacuumNotAllowed).
 	MayVacuum bool `json:"may_vacuum"`
+	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
+	StorageOptions []string `json:"storage_options"`
 }
 
 // SignalState is a queue's work signal: the sequence that holds its
@@ -232,7 +235,15 @@ type SignalState struct {
 	// sequence. Without it, once Gated, each of its inserting statements
 	// calls the trigger function, which costs producers throughput.
 	MaySelect bool `json:"may_select"`
+	// RolesWithoutSelect are the roles (quoted for a GRANT, in name
+	// order, the built-in pg_* roles left out) that may insert into the
+	// table but not SELECT the sequence: producers connecting as them pay
+	// for the function call. Empty when there are none.
+	RolesWithoutSelect []string `json:"roles_without_select"`
 }
+
+// maxRolesShown is how many roles a warning names.
+const maxRolesShown = 10
 
 // IndexState is one required index.
 type IndexState struct {
@@ -364,10 +375,19 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		return qr, fmt.Errorf("doctor: %s work signal: %w", t, err)
 	}
 	if signal.Present {
-		qr.Signal = &SignalState{Sequence: signal.SequenceName, Gated: signal.Gated, MaySelect: signal.Selectable}
-		if signal.Gated && !signal.Selectable {
-			warn("this role may not SELECT the work signal's sequence %s, which the insert trigger's WHEN clause reads: each statement that inserts into %s as this role calls the trigger function instead (as before migration 00014), which costs producers throughput; GRANT SELECT ON SEQUENCE %s TO %s, or run db/roles.sql, which grants it to leasestore_processor",
-				qr.Signal.Sequence, t, qr.Signal.Sequence, signal.RoleName)
+		qr.Signal = &SignalState{Sequence: signal.SequenceName, Gated: signal.Gated, MaySelect: signal.Selectable,
+			RolesWithoutSelect: signal.RolesWithoutSelect}
+		if roles := signal.RolesWithoutSelect; signal.Gated && len(roles) > 0 {
+			shown := roles
+			if len(shown) > maxRolesShown {
+				shown = shown[:maxRolesShown]
+			}
+			more := ""
+			if n := len(roles) - len(shown); n > 0 {
+				more = fmt.Sprintf(" (and %s more)", plural.Count(n, "role", "roles"))
+			}
+			warn("%s may insert into %s but not SELECT the work signal's sequence %s, which the insert trigger's WHEN clause reads: each of their inserting statements calls the trigger function instead (as before migration 00014), which costs producers throughput; GRANT SELECT ON SEQUENCE %s TO %s%s, or run db/roles.sql, which grants it to leasestore_processor",
+				plural.Count(len(roles), "role", "roles")+" ("+strings.Join(shown, ", ")+more+")", t, qr.Signal.Sequence, qr.Signal.Sequence, strings.Join(shown, ", "), more)
 		}
 	}
 
@@ -457,6 +477,9 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
 			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
 	}
+	if k := qr.Keys; k != nil && (slices.Contains(k.StorageOptions, "autovacuum_enabled=false") || slices.Contains(k.StorageOptions, "autovacuum_enabled=off")) {
+		problem("autovacuum is turned off for %s: its dead rows pile up and keyed writes slow down; ALTER TABLE %s RESET (autovacuum_enabled)", k.Table, k.Table)
+	}
 	if k := qr.Keys; k != nil && k.DeadTuples > opts.MaxDeadTuples {
 		problem("%s holds %d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and keyed enqueues and outcome writes read the dead versions",
 			k.Table, k.DeadTuples, opts.MaxDeadTuples, ago(k.LastAutovacuum))
@@ -495,7 +518,7 @@ func checkKeyTable(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue) (*K
 	return &KeyTableState{
 		Table: t, DeadTuples: health.DeadTuples, LiveTuples: health.LiveTuples,
 		LastAutovacuum: utc(health.LastAutovacuum), LastVacuum: utc(health.LastVacuum),
-		MayVacuum: vacuum.MayVacuum,
+		MayVacuum: vacuum.MayVacuum, StorageOptions: append([]string{}, health.Reloptions...),
 	}, nil
 }
 
