@@ -44,6 +44,7 @@ keyadv=const('inboxKeyAdvance').replace('$1::text[]',':ids::text[]').replace('$2
 K0=claim+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+keylock+';\n'+keyadv+';\nCOMMIT;\n\\endif\n'
 open(os.path.join(out, 'K0.pgbench'), 'w').write(K0)
 m=re.search(r'claimed AS \(\n    UPDATE inbox_messages AS m\n(.*?)\n    FROM picked\n\s*WHERE m.message_id = picked.message_id\n\s*AND picked.unclaimable IS NULL\n\s*RETURNING (.*?)picked.due_at\n\)', claim, re.S)
+assert m, 'the claim statement changed shape: update scripts.py'
 setlist, returning = m.group(1), m.group(2)
 pclaim='''WITH picked AS (
     SELECT h.message_id, h.created_at AS due_at
@@ -95,6 +96,7 @@ FROM claimed''','''SELECT count(*) + :cn::integer AS n,
 FROM claimed''')
 assert claim2.count(':cn::integer')==4
 m=re.search(r'claimed AS \(\n    UPDATE inbox_messages AS m\n    SET (.*?)\n    FROM picked', claim, re.S)
+assert m, 'the claim statement changed shape: update scripts.py'
 sets=m.group(1)
 adv2=keyadv
 i=adv2.index('), promoted AS (')
@@ -110,7 +112,9 @@ adv2=adv2.replace('''SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (
        (SELECT coalesce(array_agg(message_id::text ORDER BY created_at, message_id), '{}') FROM promoted)::text AS cids,
        (SELECT coalesce(array_agg(lease_generation ORDER BY created_at, message_id), '{}') FROM promoted)::text AS cgens''')
 assert 'AS cgens' in adv2
-K2=claim2+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+keylock+';\n'+adv2+'\n\\gset\nCOMMIT;\n\\else\n\\set cn 0\n\\endif\n'
+# After a claim that found nothing, nothing is carried to the next one.
+reset = "\\else\nSELECT 0 AS cn, '{}' AS cids, '{}' AS cgens\n\\gset\n\\endif\n"
+K2=claim2+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+keylock+';\n'+adv2+'\n\\gset\nCOMMIT;\n'+reset
 open(os.path.join(out, 'K2.pgbench'), 'w').write(K2)
 
 # K4: K0 without the KeyLock statement (KeyAdvance's freed takes the same
@@ -119,5 +123,5 @@ K4=claim+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+keyadv+';\nCOMMIT;\n\\en
 open(os.path.join(out, 'K4.pgbench'), 'w').write(K4)
 
 # K5: K2 without the KeyLock statement: the two gains together.
-K5=claim2+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+adv2+'\n\\gset\nCOMMIT;\n\\else\n\\set cn 0\n\\endif\n'
+K5=claim2+'\\gset\n\\if :n > 0\nBEGIN;\n'+complete+';\n'+adv2+'\n\\gset\nCOMMIT;\n'+reset
 open(os.path.join(out, 'K5.pgbench'), 'w').write(K5)
