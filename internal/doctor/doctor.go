@@ -174,21 +174,9 @@ type QueueReport struct {
 	OldestHead *OldestHead `json:"oldest_head,omitempty"`
 	// Depth is the number of rows per status.
 	Depth map[string]int64 `json:"depth"`
-	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
-	// row versions in the table (pg_stat_user_tables).
-	DeadTuples int64 `json:"dead_tuples"`
-	LiveTuples int64 `json:"live_tuples"`
-	// LastAutovacuum and LastVacuum are when VACUUM last finished on the
-	// table; null when never since statistics were reset.
-	LastAutovacuum *time.Time `json:"last_autovacuum"`
-	LastVacuum     *time.Time `json:"last_vacuum"`
-	// MayVacuum says whether the role doctor connected as may VACUUM the
-	// table, which processors' vacuum policy needs (processor.VacuumPolicy):
-	// processors connecting as a role without it leave the table to
-	// autovacuum.
-	MayVacuum bool `json:"may_vacuum"`
-	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
-	StorageOptions []string `json:"storage_options"`
+	// TableState is the queue table's dead rows, vacuum and storage
+	// options (its fields appear at this level in the JSON).
+	TableState
 	// Keys is the queue's ordering keys' table (leasing.Queue.KeyTable);
 	// nil on a schema before migration 00010, which has none.
 	Keys *KeyTableState `json:"keys,omitempty"`
@@ -200,11 +188,8 @@ type QueueReport struct {
 	Warnings []string `json:"warnings"`
 }
 
-// KeyTableState is a queue's ordering keys' table: its dead rows and
-// vacuum, reported like the queue table's in QueueReport.
-type KeyTableState struct {
-	// Table is the table's name, e.g. "inbox_ordering_keys".
-	Table string `json:"table"`
+// TableState is a table's dead rows, vacuum and storage options.
+type TableState struct {
 	// DeadTuples and LiveTuples are PostgreSQL's estimates of dead and live
 	// row versions in the table (pg_stat_user_tables).
 	DeadTuples int64 `json:"dead_tuples"`
@@ -214,12 +199,27 @@ type KeyTableState struct {
 	LastAutovacuum *time.Time `json:"last_autovacuum"`
 	LastVacuum     *time.Time `json:"last_vacuum"`
 	// MayVacuum says whether the role doctor connected as may VACUUM the
-	// table. Processors' vacuum policy needs it on both tables of the
-	// queue: without it on either, it vacuums neither (see
-	// leasing.ErrVacuumNotAllowed).
+	// table. Processors' vacuum policy (processor.VacuumPolicy) needs it
+	// on both tables of a queue, the queue table and its ordering keys'
+	// table: without it on either, it vacuums neither (it reports
+	// leasing.ErrVacuumNotAllowed once) and leaves both to autovacuum.
 	MayVacuum bool `json:"may_vacuum"`
 	// StorageOptions are the table's reloptions, e.g. "fillfactor=80".
 	StorageOptions []string `json:"storage_options"`
+}
+
+// autovacuumOff reports whether the table's storage options turn
+// autovacuum off.
+func (t TableState) autovacuumOff() bool {
+	return slices.Contains(t.StorageOptions, "autovacuum_enabled=false") || slices.Contains(t.StorageOptions, "autovacuum_enabled=off")
+}
+
+// KeyTableState is a queue's ordering keys' table: its dead rows and
+// vacuum, reported like the queue table's in QueueReport.
+type KeyTableState struct {
+	// Table is the table's name, e.g. "inbox_ordering_keys".
+	Table string `json:"table"`
+	TableState
 }
 
 // SignalState is a queue's work signal: the sequence that holds its
@@ -330,29 +330,25 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	t := q.Table()
 	qr := QueueReport{
 		Queue: string(q), Table: t, Indexes: []IndexState{}, ClaimPlan: []string{}, ClaimIndexes: []string{},
-		Depth: map[string]int64{}, StorageOptions: []string{}, Problems: []string{}, Warnings: []string{},
+		Depth: map[string]int64{}, TableState: TableState{StorageOptions: []string{}}, Problems: []string{}, Warnings: []string{},
 	}
 	problem := func(format string, args ...any) { qr.Problems = append(qr.Problems, fmt.Sprintf(format, args...)) }
 	warn := func(format string, args ...any) { qr.Warnings = append(qr.Warnings, fmt.Sprintf(format, args...)) }
 
-	health, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t})
-	if errors.Is(err, pgx.ErrNoRows) {
+	table, found, err := readTable(ctx, pool, t)
+	if err != nil {
+		return qr, err
+	}
+	if !found {
 		problem("table %s does not exist: run leasectl migrate up", t)
 		return qr, nil
 	}
-	if err != nil {
-		return qr, fmt.Errorf("doctor: %s statistics: %w", t, err)
-	}
-	qr.DeadTuples, qr.LiveTuples = health.DeadTuples, health.LiveTuples
-	qr.LastAutovacuum, qr.LastVacuum = utc(health.LastAutovacuum), utc(health.LastVacuum)
-	qr.StorageOptions = health.Reloptions
-	vacuum, err := g.VacuumState(ctx, pool, gen.VacuumStateParams{TableName: t})
-	if err != nil {
-		return qr, fmt.Errorf("doctor: %s vacuum rights: %w", t, err)
-	}
-	qr.MayVacuum = vacuum.MayVacuum
-	if qr.Keys, err = checkKeyTable(ctx, pool, q); err != nil {
+	qr.TableState = table
+	switch keys, found, err := readTable(ctx, pool, q.KeyTable()); {
+	case err != nil:
 		return qr, err
+	case found: // none before migration 00010, which checkMigrations reports
+		qr.Keys = &KeyTableState{Table: q.KeyTable(), TableState: keys}
 	}
 	switch {
 	case qr.Keys == nil:
@@ -477,17 +473,15 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
 			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
 	}
-	if k := qr.Keys; k != nil && (slices.Contains(k.StorageOptions, "autovacuum_enabled=false") || slices.Contains(k.StorageOptions, "autovacuum_enabled=off")) {
+	if k := qr.Keys; k != nil && k.autovacuumOff() {
 		problem("autovacuum is turned off for %s: its dead rows pile up and keyed writes slow down; ALTER TABLE %s RESET (autovacuum_enabled)", k.Table, k.Table)
 	}
 	if k := qr.Keys; k != nil && k.DeadTuples > opts.MaxDeadTuples {
 		problem("%s holds %d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and keyed enqueues and outcome writes read the dead versions",
 			k.Table, k.DeadTuples, opts.MaxDeadTuples, ago(k.LastAutovacuum))
 	}
-	for _, opt := range qr.StorageOptions {
-		if opt == "autovacuum_enabled=false" || opt == "autovacuum_enabled=off" {
-			problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
-		}
+	if qr.autovacuumOff() {
+		problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
 	}
 	for _, want := range shippedOptions {
 		if !slices.Contains(qr.StorageOptions, want) {
@@ -497,29 +491,26 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	return qr, nil
 }
 
-// checkKeyTable returns the statistics and vacuum right of queue q's
-// ordering keys' table, from the queries that report the queue table's;
-// nil when the table does not exist (a schema before migration 00010,
-// which checkMigrations reports).
-func checkKeyTable(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue) (*KeyTableState, error) {
+// readTable returns table's statistics, vacuum right and storage options;
+// found is false when the table does not exist.
+func readTable(ctx context.Context, pool *pgxpool.Pool, table string) (st TableState, found bool, err error) {
 	g := gen.New()
-	t := q.KeyTable()
-	health, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t})
+	health, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: table})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		return TableState{}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("doctor: %s statistics: %w", t, err)
+		return TableState{}, false, fmt.Errorf("doctor: %s statistics: %w", table, err)
 	}
-	vacuum, err := g.VacuumState(ctx, pool, gen.VacuumStateParams{TableName: t})
+	vacuum, err := g.VacuumState(ctx, pool, gen.VacuumStateParams{TableName: table})
 	if err != nil {
-		return nil, fmt.Errorf("doctor: %s vacuum rights: %w", t, err)
+		return TableState{}, false, fmt.Errorf("doctor: %s vacuum rights: %w", table, err)
 	}
-	return &KeyTableState{
-		Table: t, DeadTuples: health.DeadTuples, LiveTuples: health.LiveTuples,
+	return TableState{
+		DeadTuples: health.DeadTuples, LiveTuples: health.LiveTuples,
 		LastAutovacuum: utc(health.LastAutovacuum), LastVacuum: utc(health.LastVacuum),
 		MayVacuum: vacuum.MayVacuum, StorageOptions: append([]string{}, health.Reloptions...),
-	}, nil
+	}, true, nil
 }
 
 // checkClaim explains a real claim of opts.BatchSize on store's queue
