@@ -279,6 +279,9 @@ func validateIDs(ids []uuid.UUID) error {
 	}
 	seen := make(map[uuid.UUID]bool, len(ids))
 	for _, id := range ids {
+		if id == uuid.Nil {
+			return argumentError("message ids", "must not hold the nil UUID, which names no message")
+		}
 		if seen[id] {
 			return argumentError("message ids", "%s appears twice", id)
 		}

@@ -166,11 +166,11 @@ type Store interface {
 	// An id left alone (not dead-lettered, or not in the queue) is only
 	// missing from RequeueResult.Requeued, not an error.
 	//
-	// Errors: an *ArgumentError for no ids, more than MaxBatchSize or an id
-	// twice (nothing sent); Postgres also returns a *SchemaError (errors.Is
-	// ErrSchema) while the schema is behind and ErrLockTimeout past
-	// PostgresOptions.LockTimeout, with nothing requeued. Otherwise the
-	// context's or the driver's error.
+	// Errors: an *ArgumentError for no ids, more than MaxBatchSize, an id
+	// twice or the nil UUID (nothing sent); Postgres also returns a
+	// *SchemaError (errors.Is ErrSchema) while the schema is behind and
+	// ErrLockTimeout past PostgresOptions.LockTimeout, with nothing
+	// requeued. Otherwise the context's or the driver's error.
 	Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error)
 
 	// RequeueAll does Requeue for every message of the queue dead-lettered

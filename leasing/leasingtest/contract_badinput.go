@@ -97,6 +97,7 @@ func badInput(t *testing.T, b *bundle) {
 		},
 		"requeue no ids":   func() error { _, err := b.store.Requeue(b.ctx); return err },
 		"requeue dup ids":  func() error { _, err := b.store.Requeue(b.ctx, ids[0], ids[0]); return err },
+		"requeue nil id":   func() error { _, err := b.store.Requeue(b.ctx, ids[0], uuid.Nil); return err },
 		"purge zero age":   func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{BatchSize: 1}); return err },
 		"purge zero batch": func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{OlderThan: time.Hour}); return err },
 	}
