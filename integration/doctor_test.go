@@ -261,6 +261,67 @@ func TestDoctor(t *testing.T) {
 		require.False(t, hasProblem(in.Warnings, "work signal"), in.Warnings)
 	})
 
+	t.Run("Check/MissingPrivileges", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		// A role granted the queue table by hand, without db/roles.sql:
+		// nothing on the ordering keys' table or the queue settings.
+		role := dbtest.RoleName(t)
+		ident := pgx.Identifier{role}.Sanitize()
+		admin := adminConn(t, url)
+		_, err := admin.Exec(ctx, "CREATE ROLE "+ident+" LOGIN")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			c := adminConn(t, url)
+			_, err := c.Exec(context.Background(), "REVOKE ALL ON inbox_messages FROM "+ident)
+			require.NoError(t, err)
+			require.NoError(t, dropRole(url, role))
+		})
+		_, err = admin.Exec(ctx, "GRANT SELECT, INSERT, UPDATE ON inbox_messages TO "+ident)
+		require.NoError(t, err)
+		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-privileges", 2)
+		var js bytes.Buffer
+		ok, err := doctor.Run(ctx, pool, &js, true, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err, "missing privileges are a problem in the report, not an error")
+		require.False(t, ok)
+		var rep doctor.Report
+		require.NoError(t, json.Unmarshal(js.Bytes(), &rep))
+		in := rep.Queues[0]
+		require.True(t, hasProblem(in.Problems, "this role lacks DELETE on inbox_ordering_keys, INSERT on inbox_ordering_keys, SELECT on inbox_ordering_keys, UPDATE on inbox_ordering_keys, SELECT on leasestore_queue_settings, which processors need"), in.Problems)
+		require.False(t, hasProblem(in.Problems, "on inbox_messages"), in.Problems)
+	})
+
+	t.Run("Check/HeadParkedKeyNotFreed", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		pool := newPool(t, url, "leasestore-doctor-parked-head", 2)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		res, err := store.Enqueue(ctx, leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
+		require.NoError(t, err)
+		head := res.IDs[0]
+		check := func() doctor.QueueReport {
+			rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}, MaxOldestDue: time.Microsecond})
+			require.NoError(t, err)
+			return rep.Queues[0]
+		}
+		require.True(t, hasProblem(check().Warnings, "a slow or failing handler (the head is pending)"))
+		// What a claim leaves when it parked the head and freeing its key
+		// failed (ParkedError.KeysNotFreed): the head dead-lettered, still
+		// its key's head.
+		_, err = pool.Exec(ctx, `UPDATE inbox_messages SET status = 'dead_lettered', dead_lettered_at = now(),
+		                         last_error = 'parked by the claim: headers are a JSON array, not an object' WHERE message_id = $1`, head)
+		require.NoError(t, err)
+		in := check()
+		require.True(t, hasProblem(in.Warnings, "the head was parked by the claim and its key was not freed: fix the row, then requeue it, or purge it"), in.Warnings)
+		_, err = pool.Exec(ctx, `UPDATE inbox_messages SET last_error = 'broker down' WHERE message_id = $1`, head)
+		require.NoError(t, err)
+		in = check()
+		require.True(t, hasProblem(in.Warnings, "the head is dead-lettered and holds its key (strict ordering)"), in.Warnings)
+	})
+
 	t.Run("Check/Before00010", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

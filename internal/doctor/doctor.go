@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -411,6 +412,20 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		}
 	}
 
+	missing, err := g.DiagnosticsMissingPrivileges(ctx, pool, gen.DiagnosticsMissingPrivilegesParams{QueueTable: t, KeysTable: q.KeyTable()})
+	if err != nil {
+		return qr, fmt.Errorf("doctor: %s privileges: %w", t, err)
+	}
+	if len(missing) > 0 {
+		lacks := make([]string, len(missing))
+		for i, m := range missing {
+			lacks[i] = m.Privilege + " on " + m.TableName
+		}
+		problem("this role lacks %s, which processors need: a processor connecting as it fails its claims or its outcome writes (keyed ones at every complete, so its handlers run again and again); run db/roles.sql and log in as a member of leasestore_processor, or grant them; the depth, leases and claim plan were not checked",
+			strings.Join(lacks, ", "))
+		return qr, nil
+	}
+
 	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{SkipSchemaCheck: true}) // checkMigrations and the index checks report the schema
 	if err != nil {
 		return qr, err
@@ -459,8 +474,9 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 			plural.Count(qr.DeadLettered, "dead-lettered message waits", "dead-lettered messages wait"), q)
 	}
 	if h := stats.WaitingHead; h != nil && h.Age > opts.MaxOldestDue {
-		warn("ordering key %q (tenant %q) has had head %s for %s while %s behind a head: a slow or failing handler, or (strict ordering) a dead-lettered head; leasectl get --queue %s --id %s",
-			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), plural.Count(qr.Waiting, "message of the queue waits", "messages of the queue wait"), q, h.MessageID)
+		warn("ordering key %q (tenant %q) has had head %s for %s while %s behind a head: %s; leasectl get --queue %s --id %s",
+			h.OrderingKey, h.TenantID, h.MessageID, round(h.Age), plural.Count(qr.Waiting, "message of the queue waits", "messages of the queue wait"),
+			headHeld(ctx, store, h.MessageID), q, h.MessageID)
 	}
 
 	if schemaBehind {
@@ -490,6 +506,27 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	}
 	return qr, nil
 }
+
+// headHeld says why head holds its key: dead-lettered under strict
+// ordering, or parked by the claim with its key not freed (ParkedError
+// KeysNotFreed), else a slow or failing handler (it is leased, failed or
+// released). A head Get cannot read gets the three causes.
+func headHeld(ctx context.Context, store *leasing.Postgres, head uuid.UUID) string {
+	row, err := store.Get(ctx, head)
+	switch {
+	case err != nil:
+		return "a slow or failing handler, or a dead-lettered head (strict ordering, or parked by the claim with its key not freed)"
+	case row.Status != leasing.StatusDeadLettered:
+		return "a slow or failing handler (the head is " + string(row.Status) + ")"
+	case strings.HasPrefix(row.LastError, parkedPrefix):
+		return "the head was parked by the claim and its key was not freed: fix the row, then requeue it, or purge it"
+	default:
+		return "the head is dead-lettered and holds its key (strict ordering): requeue or purge it"
+	}
+}
+
+// parkedPrefix starts the last_error of a row the claim parked.
+const parkedPrefix = "parked by the claim: "
 
 // readTable returns table's statistics, vacuum right and storage options;
 // found is false when the table does not exist.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,7 +37,8 @@ func Main(ctx context.Context, connect func(context.Context) (*pgxpool.Pool, err
 	defer pool.Close()
 	ok, err := Run(ctx, pool, stdout, asJSON, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor: %v\n", err)
+		// Most of Run's errors say "doctor: " already.
+		fmt.Fprintln(stderr, "doctor: "+strings.TrimPrefix(err.Error(), "doctor: "))
 		return 1
 	}
 	if !ok {
