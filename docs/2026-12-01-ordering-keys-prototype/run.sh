@@ -1,13 +1,16 @@
 #!/bin/bash
 # Drains N messages (default 200,000; over KEYS ordering keys, default
 # 1,000, for the keyed variants) with pgbench, CLIENTS clients (4) claiming
-# BATCH (100) a time, once per VARIANT named, each on a fresh fill of a
-# database of its own, and prints messages/s: N over the time from the
+# BATCH (100) a time, once per VARIANT named, in one database of its own,
+# emptied and filled afresh for each variant, and prints messages/s: N over the time from the
 # first claim to the last completion, on the database's clock. The variants
 # are described in scripts.py. A loop VACUUMs the tables every 250 ms
 # during each drain, so that no variant drains through its dead rows (the
 # processors' vacuum policy vacuums at 5,000 dead rows, checked every
 # 250 ms). A drain that does not complete every message fails the run.
+# out_of_order counts keyed messages completed before the one ahead of
+# them in their key (0 for U, which has none). Drains under a second (N
+# below about 20,000) are noisy.
 # Needs pgbench, psql, python3 and go; DATABASE_URL names the server
 # (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable).
 #
@@ -24,6 +27,13 @@ cleanup() {
   if [ -n "$work" ]; then rm -rf "$work"; fi
 }
 trap cleanup EXIT
+if [ $# -eq 0 ]; then
+  echo "usage: run.sh VARIANT... (U K0 K1 K2 K4 K5: see scripts.py)" >&2
+  exit 2
+fi
+for v in "$@"; do
+  case $v in U|K0|K1|K2|K4|K5) ;; *) echo "run.sh: unknown variant $v (U K0 K1 K2 K4 K5)" >&2; exit 2 ;; esac
+done
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=$(mktemp -d)
@@ -74,10 +84,14 @@ for v in "$@"; do
       sleep 0.25
     done ) &
   vpid=$!
-  # Twice the transactions a drain of full batches needs: K2 and K5 drain
-  # their last keys at part of a batch. The rate is taken from the rows'
-  # times, so the empty claims at the end do not count.
-  T=$(( 2 * N / BATCH / CLIENTS + 20 ))
+  # Twice the transactions a drain needs when each claim takes what it
+  # can: a full batch, or, keyed, at most one message per key, about
+  # KEYS / CLIENTS of them (K2 and K5 drain their last keys at part of a
+  # batch). The rate is taken from the rows' times, so the empty claims at
+  # the end do not count.
+  per=$BATCH
+  if [ "$v" != U ] && [ $(( KEYS / CLIENTS )) -lt "$per" ]; then per=$(( KEYS / CLIENTS > 0 ? KEYS / CLIENTS : 1 )); fi
+  T=$(( 2 * N / per / CLIENTS + 20 ))
   pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -t "$T" -D batch="$BATCH" -D owner=w -D lease_for='5 minutes' \
     -D cn=0 -D cids='{}' -D cgens='{}' -f "$work/$v.pgbench" "$URL" > "$work/pgbench.out" 2>&1 || { cat "$work/pgbench.out"; exit 1; }
   kill "$vpid" 2>/dev/null || true; wait "$vpid" 2>/dev/null || true; vpid=
@@ -88,9 +102,9 @@ for v in "$@"; do
            (SELECT count(*) FROM (SELECT completed_at < lag(completed_at) OVER (PARTITION BY ordering_key ORDER BY key_seq) AS early
                                   FROM inbox_messages WHERE ordering_key IS NOT NULL) AS s WHERE early)
     FROM inbox_messages")"
-  echo "$v $rate msg/s completed=$done out_of_order=$early load=$(cut -d' ' -f1 /proc/loadavg)"
   if [ "$done" -ne "$N" ]; then
     echo "run.sh: $v completed $done of $N messages" >&2
     exit 1
   fi
+  echo "$v $rate msg/s completed=$done out_of_order=$early load=$(cut -d' ' -f1 /proc/loadavg)"
 done
