@@ -320,11 +320,15 @@ func describeURL(u string) string {
 	return describe(cfg)
 }
 
-// schemaHint adds the fix to an error caused by a missing table.
+// schemaHint adds the fix to an error caused by a missing table or a
+// missing privilege.
 func schemaHint(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return fmt.Errorf("%w (the schema is missing: run 'leasectl migrate up')", err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return fmt.Errorf("%w (this role lacks the privilege: db/roles.sql grants what processors need to leasestore_processor and what operators need to leasestore_operator; leasectl doctor lists what is missing)", err)
 	}
 	return err
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	neturl "net/url"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/integration/dbtest"
@@ -45,6 +48,29 @@ func TestOrderingCommands(t *testing.T) {
 	r := leasectl(t, "ordering", "--queue", "outbox", "--strict", "maybe", "--database-url", url)
 	require.Equal(t, 2, r.code)
 	require.Contains(t, requireOK(t, "ordering", "--queue", "outbox", "--database-url", url), "outbox ordering: strict", "a bad flag changes nothing")
+
+	// A role without the operator's rights is told where they come from.
+	role := dbtest.RoleName(t)
+	admin, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	_, err = admin.Exec(t.Context(), "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), url)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		_, err = c.Exec(context.Background(), "DROP ROLE "+pgx.Identifier{role}.Sanitize())
+		require.NoError(t, err)
+	})
+	asRole, err := neturl.Parse(url)
+	require.NoError(t, err)
+	asRole.User = neturl.User(role)
+	r = leasectl(t, "ordering", "--queue", "outbox", "--strict", "false", "--database-url", asRole.String())
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "permission denied")
+	require.Contains(t, r.stderr, "leasestore_operator")
+	require.Contains(t, requireOK(t, "ordering", "--queue", "outbox", "--database-url", url), "outbox ordering: strict")
 
 	r = leasectl(t, "enqueue", "--queue", "outbox", "--ordering-key", "a\xffb", "--database-url", url)
 	require.Equal(t, 2, r.code, r.stderr)
