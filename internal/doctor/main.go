@@ -68,48 +68,44 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table or ordering keys' table")
 	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: doctor [flags]\n\n"+
+		fmt.Fprintf(stderr, "usage: leasectl doctor [--queue inbox|outbox] [--json] [flags]\n\n"+
 			"Checks migrations, indexes, the claim's plan and cost, lease and backlog health,\n"+
-			"dead rows and autovacuum, VACUUM rights, the work signal's sequence grant, and\n"+
-			"sessions holding back VACUUM. Exit status 1 when something is wrong.\n\n")
+			"dead rows and autovacuum, VACUUM and table rights, the work signal's sequence grant,\n"+
+			"and sessions holding back VACUUM. Exit status 1 when something is wrong.\n\n")
 		fs.PrintDefaults()
+	}
+	// usage reports a bad command line as leasectl's other commands do.
+	usage := func(format string, args ...any) (bool, Options, error) {
+		err := fmt.Errorf(format, args...)
+		fmt.Fprintf(stderr, "leasectl doctor: %v\nRun 'leasectl doctor -h' for usage.\n", err)
+		return false, Options{}, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return false, Options{}, err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "doctor: unexpected argument %q\n", fs.Arg(0))
-		return false, Options{}, errors.New("doctor: unexpected arguments")
+		return usage("unexpected argument %q", fs.Arg(0))
 	}
 	if queue != "" {
 		q, err := leasing.ParseQueue(queue)
 		if err != nil {
-			fmt.Fprintf(stderr, "doctor: %v\n", err)
-			return false, Options{}, err
+			return usage("--queue must be inbox or outbox, got %q", queue)
 		}
 		opts.Queues = []leasing.Queue{q}
 	}
-	if opts.BatchSize < 1 || opts.BatchSize > leasing.MaxBatchSize {
-		err := fmt.Errorf("doctor: batch must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
-		fmt.Fprintln(stderr, err)
-		return false, Options{}, err
-	}
 	// Zero means "the default" in Options, but on the command line it is a
 	// mistake, as is a negative threshold: the flags show their defaults.
-	var bad error
 	switch {
+	case opts.BatchSize < 1 || opts.BatchSize > leasing.MaxBatchSize:
+		return usage("--batch must be 1..%d, got %d", leasing.MaxBatchSize, opts.BatchSize)
 	case opts.MaxClaimBuffers < 0:
-		bad = fmt.Errorf("doctor: --max-claim-buffers must be >= 0 (0 for 100 x batch), got %d", opts.MaxClaimBuffers)
+		return usage("--max-claim-buffers must be >= 0 (0 for 100 x batch), got %d", opts.MaxClaimBuffers)
 	case opts.MaxOldestDue <= 0:
-		bad = fmt.Errorf("doctor: --max-oldest-due must be positive, got %s", opts.MaxOldestDue)
+		return usage("--max-oldest-due must be positive, got %s", opts.MaxOldestDue)
 	case opts.MaxDeadTuples < 1:
-		bad = fmt.Errorf("doctor: --max-dead-tuples must be at least 1, got %d", opts.MaxDeadTuples)
+		return usage("--max-dead-tuples must be at least 1, got %d", opts.MaxDeadTuples)
 	case opts.MaxXactAge <= 0:
-		bad = fmt.Errorf("doctor: --max-xact-age must be positive, got %s", opts.MaxXactAge)
-	}
-	if bad != nil {
-		fmt.Fprintln(stderr, bad)
-		return false, Options{}, bad
+		return usage("--max-xact-age must be positive, got %s", opts.MaxXactAge)
 	}
 	return asJSON, opts, nil
 }
