@@ -274,11 +274,17 @@ func TestDoctor(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			c := adminConn(t, url)
-			_, err := c.Exec(context.Background(), "REVOKE ALL ON inbox_messages FROM "+ident)
-			require.NoError(t, err)
-			require.NoError(t, dropRole(url, role))
+			if _, err := c.Exec(context.Background(), "REVOKE ALL ON inbox_messages FROM "+ident); err != nil {
+				t.Errorf("revoke: %v", err)
+			}
+			if err := dropRole(url, role); err != nil {
+				t.Errorf("drop role %s: %v", role, err)
+			}
 		})
 		_, err = admin.Exec(ctx, "GRANT SELECT, INSERT, UPDATE ON inbox_messages TO "+ident)
+		require.NoError(t, err)
+		// The checks that need no table privilege are still made.
+		_, err = admin.Exec(ctx, "ALTER TABLE inbox_messages SET (autovacuum_enabled = false)")
 		require.NoError(t, err)
 		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-privileges", 2)
 		var js bytes.Buffer
@@ -290,6 +296,7 @@ func TestDoctor(t *testing.T) {
 		in := rep.Queues[0]
 		require.True(t, hasProblem(in.Problems, "this role lacks DELETE on inbox_ordering_keys, INSERT on inbox_ordering_keys, SELECT on inbox_ordering_keys, UPDATE on inbox_ordering_keys, SELECT on leasestore_queue_settings, which processors need"), in.Problems)
 		require.False(t, hasProblem(in.Problems, "on inbox_messages"), in.Problems)
+		require.True(t, hasProblem(in.Problems, "autovacuum is turned off for inbox_messages"), in.Problems)
 	})
 
 	t.Run("Check/HeadParkedKeyNotFreed", func(t *testing.T) {
@@ -307,7 +314,7 @@ func TestDoctor(t *testing.T) {
 			require.NoError(t, err)
 			return rep.Queues[0]
 		}
-		require.True(t, hasProblem(check().Warnings, "a slow or failing handler (the head is pending)"))
+		require.True(t, hasProblem(check().Warnings, "no processor has claimed the head (it is pending)"))
 		// What a claim leaves when it parked the head and freeing its key
 		// failed (ParkedError.KeysNotFreed): the head dead-lettered, still
 		// its key's head.
@@ -319,7 +326,16 @@ func TestDoctor(t *testing.T) {
 		_, err = pool.Exec(ctx, `UPDATE inbox_messages SET last_error = 'broker down' WHERE message_id = $1`, head)
 		require.NoError(t, err)
 		in = check()
+		require.True(t, hasProblem(in.Warnings, "the head is dead-lettered but still holds its key"), in.Warnings)
+		require.NoError(t, store.SetStrictOrdering(ctx, true))
+		in = check()
 		require.True(t, hasProblem(in.Warnings, "the head is dead-lettered and holds its key (strict ordering)"), in.Warnings)
+		// A parked row Get cannot read (an infinite time): the causes a
+		// dead letter can have.
+		_, err = pool.Exec(ctx, `UPDATE inbox_messages SET created_at = '-infinity' WHERE message_id = $1`, head)
+		require.NoError(t, err)
+		in = check()
+		require.True(t, hasProblem(in.Warnings, "a dead-lettered head, under strict ordering or parked by the claim (its row could not be read"), in.Warnings)
 	})
 
 	t.Run("Check/Before00010", func(t *testing.T) {

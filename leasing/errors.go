@@ -100,8 +100,9 @@ type ParkedError struct {
 	// transaction of its own, right after the claim's, even when the
 	// claim's context has ended). Those keys then stay held, as under
 	// strict ordering, until the parked rows are requeued or purged;
-	// leasectl doctor names the longest-held key. Unwrap does not return
-	// it: the claim and its leases are good.
+	// leasectl doctor names the longest-held key. errors.Is and errors.As
+	// on the *ParkedError do not reach it: the claim and its leases are
+	// good.
 	KeysNotFreed error
 }
 

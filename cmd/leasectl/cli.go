@@ -328,7 +328,7 @@ func schemaHint(err error) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return fmt.Errorf("%w (the schema is missing: run 'leasectl migrate up')", err)
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
-		return fmt.Errorf("%w (this role lacks the privilege: db/roles.sql grants what processors need to leasestore_processor and what operators need to leasestore_operator; leasectl doctor lists what is missing)", err)
+		return fmt.Errorf("%w (this role lacks the privilege: db/roles.sql grants what processors need to leasestore_processor, and what operators also need, to purge, delete or set strict ordering, to leasestore_operator; leasectl doctor lists what a processor's role lacks)", err)
 	}
 	return err
 }

@@ -421,18 +421,47 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		for i, m := range missing {
 			lacks[i] = m.Privilege + " on " + m.TableName
 		}
-		problem("this role lacks %s, which processors need: a processor connecting as it fails its claims or its outcome writes (keyed ones at every complete, so its handlers run again and again); run db/roles.sql and log in as a member of leasestore_processor, or grant them; the depth, leases and claim plan were not checked",
+		problem("this role lacks %s, which processors need: a processor connecting as it fails some of its calls (without the keys' table's rights, every complete of a keyed message, so its handlers run again and again); run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant them; the depth, leases and claim plan were not checked",
 			strings.Join(lacks, ", "))
-		return qr, nil
+	} else if err := checkBacklog(ctx, pool, q, opts, schemaBehind, &qr, problem, warn); err != nil {
+		return qr, err
 	}
 
+	if qr.DeadTuples > opts.MaxDeadTuples {
+		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
+			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
+	}
+	if k := qr.Keys; k != nil && k.autovacuumOff() {
+		problem("autovacuum is turned off for %s: its dead rows pile up and keyed writes slow down; ALTER TABLE %s RESET (autovacuum_enabled)", k.Table, k.Table)
+	}
+	if k := qr.Keys; k != nil && k.DeadTuples > opts.MaxDeadTuples {
+		problem("%s holds %d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and keyed enqueues and outcome writes read the dead versions",
+			k.Table, k.DeadTuples, opts.MaxDeadTuples, ago(k.LastAutovacuum))
+	}
+	if qr.autovacuumOff() {
+		problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
+	}
+	for _, want := range shippedOptions {
+		if !slices.Contains(qr.StorageOptions, want) {
+			warn("storage option %s of the shipped schema is not set on %s", want, t)
+		}
+	}
+	return qr, nil
+}
+
+// checkBacklog reads q's depth, leases and longest-held key (Stats), the
+// overdue check and, unless the schema is behind, the claim's plan and
+// cost, into qr, reporting through problem and warn. It needs the
+// privileges processors have on the queue's tables.
+func checkBacklog(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options, schemaBehind bool, qr *QueueReport, problem, warn func(string, ...any)) error {
+	g := gen.New()
 	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{SkipSchemaCheck: true}) // checkMigrations and the index checks report the schema
 	if err != nil {
-		return qr, err
+		return err
 	}
 	stats, err := store.Stats(ctx)
 	if err != nil {
-		return qr, fmt.Errorf("doctor: %w", err)
+		return fmt.Errorf("doctor: %w", err)
 	}
 	var rows int64
 	for st, n := range stats.Depth {
@@ -460,7 +489,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		return err
 	})
 	if err != nil {
-		return qr, fmt.Errorf("doctor: %w", err)
+		return fmt.Errorf("doctor: %w", err)
 	}
 	if qr.Overdue {
 		problem("a message has been due for more than %s (the oldest due one was created %s ago): no processor drains the queue, or it cannot keep up", opts.MaxOldestDue, round(stats.OldestDueAge))
@@ -481,47 +510,49 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 
 	if schemaBehind {
 		warn("the claim's plan and cost were not checked: the claim needs the migrations not applied yet")
-	} else if err := checkClaim(ctx, store, q, opts, rows, &qr, problem, warn); err != nil {
-		return qr, err
+	} else if err := checkClaim(ctx, store, q, opts, rows, qr, problem, warn); err != nil {
+		return err
 	}
 
-	if qr.DeadTuples > opts.MaxDeadTuples {
-		problem("%d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and claims read the dead index entries",
-			qr.DeadTuples, opts.MaxDeadTuples, ago(qr.LastAutovacuum))
-	}
-	if k := qr.Keys; k != nil && k.autovacuumOff() {
-		problem("autovacuum is turned off for %s: its dead rows pile up and keyed writes slow down; ALTER TABLE %s RESET (autovacuum_enabled)", k.Table, k.Table)
-	}
-	if k := qr.Keys; k != nil && k.DeadTuples > opts.MaxDeadTuples {
-		problem("%s holds %d dead row versions (more than %d), last autovacuum %s: VACUUM is not keeping up or is held back (see the oldest transaction), and keyed enqueues and outcome writes read the dead versions",
-			k.Table, k.DeadTuples, opts.MaxDeadTuples, ago(k.LastAutovacuum))
-	}
-	if qr.autovacuumOff() {
-		problem("autovacuum is turned off for %s: dead rows pile up and claims slow down; ALTER TABLE %s RESET (autovacuum_enabled)", t, t)
-	}
-	for _, want := range shippedOptions {
-		if !slices.Contains(qr.StorageOptions, want) {
-			warn("storage option %s of the shipped schema is not set on %s", want, t)
-		}
-	}
-	return qr, nil
+	return nil
 }
 
-// headHeld says why head holds its key: dead-lettered under strict
-// ordering, or parked by the claim with its key not freed (ParkedError
-// KeysNotFreed), else a slow or failing handler (it is leased, failed or
-// released). A head Get cannot read gets the three causes.
+// headHeld says why head holds its key, from its state: pending and not
+// claimed (or not due yet), failed and waiting out its retry delay, in
+// flight, dead-lettered under strict ordering, or parked by the claim with
+// its key held (under strict ordering, or because freeing it failed:
+// ParkedError.KeysNotFreed). A head Get cannot read (a row with an
+// infinite time, which the claim parks) gets the causes a dead letter can
+// have.
 func headHeld(ctx context.Context, store *leasing.Postgres, head uuid.UUID) string {
 	row, err := store.Get(ctx, head)
-	switch {
-	case err != nil:
-		return "a slow or failing handler, or a dead-lettered head (strict ordering, or parked by the claim with its key not freed)"
-	case row.Status != leasing.StatusDeadLettered:
-		return "a slow or failing handler (the head is " + string(row.Status) + ")"
-	case strings.HasPrefix(row.LastError, parkedPrefix):
-		return "the head was parked by the claim and its key was not freed: fix the row, then requeue it, or purge it"
+	if err != nil {
+		return "a dead-lettered head, under strict ordering or parked by the claim (its row could not be read: " + err.Error() + ")"
+	}
+	switch row.Status {
+	case leasing.StatusPending:
+		if row.VisibleAfter.After(time.Now()) {
+			return "the head is pending and not due before " + row.VisibleAfter.UTC().Format(time.RFC3339)
+		}
+		return "no processor has claimed the head (it is pending)"
+	case leasing.StatusFailed:
+		return "the head's handler failed and the head waits out its retry delay (it is failed)"
+	case leasing.StatusDeadLettered:
 	default:
+		return "a slow handler holds the head (it is " + string(row.Status) + ")"
+	}
+	strict, err := store.StrictOrdering(ctx)
+	switch parked := strings.HasPrefix(row.LastError, parkedPrefix); {
+	case err != nil:
+		return "the head is dead-lettered and holds its key: requeue or purge it"
+	case parked && strict:
+		return "the head was parked by the claim and holds its key (strict ordering): fix the row, then requeue it, or purge it"
+	case parked:
+		return "the head was parked by the claim and its key was not freed: fix the row, then requeue it, or purge it"
+	case strict:
 		return "the head is dead-lettered and holds its key (strict ordering): requeue or purge it"
+	default:
+		return "the head is dead-lettered but still holds its key: requeue or purge it"
 	}
 }
 
