@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -333,22 +332,7 @@ func TestClaimParkedHeadFreesItsKey(t *testing.T) {
 
 			// A role that may claim from the queue's table but not lock its
 			// key rows: the claim parks the head, and freeing the key fails.
-			role := dbtest.RoleName(t)
-			ident := pgx.Identifier{role}.Sanitize()
-			_, err = conn.Exec(ctx, "CREATE ROLE "+ident+" LOGIN")
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				if err := dropRole(url, role); err != nil {
-					t.Errorf("drop role %s: %v", role, err)
-				}
-			})
-			_, err = conn.Exec(ctx, "GRANT SELECT, UPDATE ON "+tableOf(q)+" TO "+ident)
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				if _, err := adminConn(t, url).Exec(ctx, "REVOKE ALL ON "+tableOf(q)+" FROM "+ident); err != nil {
-					t.Errorf("revoke: %v", err)
-				}
-			})
+			role := grantedRole(t, url, "SELECT, UPDATE ON "+tableOf(q))
 			limited := openStore(t, asUser(t, url, role), q, leasing.PostgresOptions{SkipSchemaCheck: true})
 
 			head, next = enqueue()

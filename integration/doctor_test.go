@@ -267,24 +267,10 @@ func TestDoctor(t *testing.T) {
 		url := dbtest.DatabaseURL(t)
 		// A role granted the queue table by hand, without db/roles.sql:
 		// nothing on the ordering keys' table or the queue settings.
-		role := dbtest.RoleName(t)
-		ident := pgx.Identifier{role}.Sanitize()
+		role := grantedRole(t, url, "SELECT, INSERT, UPDATE ON inbox_messages")
 		admin := adminConn(t, url)
-		_, err := admin.Exec(ctx, "CREATE ROLE "+ident+" LOGIN")
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			c := adminConn(t, url)
-			if _, err := c.Exec(context.Background(), "REVOKE ALL ON inbox_messages FROM "+ident); err != nil {
-				t.Errorf("revoke: %v", err)
-			}
-			if err := dropRole(url, role); err != nil {
-				t.Errorf("drop role %s: %v", role, err)
-			}
-		})
-		_, err = admin.Exec(ctx, "GRANT SELECT, INSERT, UPDATE ON inbox_messages TO "+ident)
-		require.NoError(t, err)
 		// The checks that need no table privilege are still made.
-		_, err = admin.Exec(ctx, "ALTER TABLE inbox_messages SET (autovacuum_enabled = false)")
+		_, err := admin.Exec(ctx, "ALTER TABLE inbox_messages SET (autovacuum_enabled = false)")
 		require.NoError(t, err)
 		pool := newPool(t, asUser(t, url, role), "leasestore-doctor-privileges", 2)
 		var js bytes.Buffer

@@ -64,6 +64,37 @@ func loginRole(tb testing.TB, adminURL, group string, attrs ...string) string {
 	return name
 }
 
+// grantedRole creates a login role in no group, unique to this test,
+// grants it each of grants on the database of url (for example "SELECT ON
+// inbox_messages"), and when the test ends revokes them (DROP OWNED BY)
+// and drops the role. It returns the role's name.
+func grantedRole(tb testing.TB, url string, grants ...string) string {
+	tb.Helper()
+	name := dbtest.RoleName(tb)
+	ident := pgx.Identifier{name}.Sanitize()
+	conn := adminConn(tb, url)
+	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN")
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			tb.Errorf("drop role %s: %v", name, err)
+			return
+		}
+		defer c.Close(context.Background())
+		for _, stmt := range []string{"DROP OWNED BY " + ident, "DROP ROLE " + ident} {
+			if _, err := c.Exec(context.Background(), stmt); err != nil {
+				tb.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	for _, g := range grants {
+		_, err := conn.Exec(context.Background(), "GRANT "+g+" TO "+ident)
+		require.NoError(tb, err)
+	}
+	return name
+}
+
 // asUser returns connection URL u with its user replaced.
 func asUser(tb testing.TB, u, user string) string {
 	tb.Helper()
