@@ -397,23 +397,11 @@ func tableOwner(t *testing.T, url, group string, tables ...string) string {
 	t.Helper()
 	name := dbtest.RoleName(t)
 	owner := pgx.Identifier{name}.Sanitize()
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			t.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer c.Close(context.Background())
-		stmts := []string{}
-		for _, table := range tables {
-			stmts = append(stmts, "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" OWNER TO CURRENT_USER")
-		}
-		for _, stmt := range append(stmts, "DROP ROLE IF EXISTS "+owner) {
-			if _, err := c.Exec(context.Background(), stmt); err != nil {
-				t.Errorf("%s: %v", stmt, err)
-			}
-		}
-	})
+	var undo []string
+	for _, table := range tables {
+		undo = append(undo, "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" OWNER TO CURRENT_USER")
+	}
+	execAtEnd(t, url, append(undo, "DROP ROLE IF EXISTS "+owner)...)
 	admin := adminConn(t, url)
 	stmts := []string{"CREATE ROLE " + owner + " NOLOGIN IN ROLE " + pgx.Identifier{group}.Sanitize()}
 	for _, table := range tables {

@@ -50,18 +50,26 @@ func loginRole(tb testing.TB, adminURL, group string, attrs ...string) string {
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN "+strings.Join(attrs, " ")+" IN ROLE "+pgx.Identifier{group}.Sanitize())
 	require.NoError(tb, err)
+	execAtEnd(tb, adminURL, "DROP ROLE IF EXISTS "+ident)
+	return name
+}
+
+// execAtEnd runs stmts, in order, on a connection of its own to url when
+// the test ends, and reports each that fails.
+func execAtEnd(tb testing.TB, url string, stmts ...string) {
 	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), adminURL)
+		c, err := pgx.Connect(context.Background(), url)
 		if err != nil {
-			tb.Errorf("drop role %s: %v", name, err)
+			tb.Errorf("%s: %v", stmts[0], err)
 			return
 		}
 		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP ROLE IF EXISTS "+ident); err != nil {
-			tb.Errorf("drop role %s: %v", name, err)
+		for _, stmt := range stmts {
+			if _, err := c.Exec(context.Background(), stmt); err != nil {
+				tb.Errorf("%s: %v", stmt, err)
+			}
 		}
 	})
-	return name
 }
 
 // grantedRole creates a login role in no group, unique to this test,
@@ -75,19 +83,7 @@ func grantedRole(tb testing.TB, url string, grants ...string) string {
 	conn := adminConn(tb, url)
 	_, err := conn.Exec(context.Background(), "CREATE ROLE "+ident+" LOGIN")
 	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			tb.Errorf("drop role %s: %v", name, err)
-			return
-		}
-		defer c.Close(context.Background())
-		for _, stmt := range []string{"DROP OWNED BY " + ident, "DROP ROLE " + ident} {
-			if _, err := c.Exec(context.Background(), stmt); err != nil {
-				tb.Errorf("%s: %v", stmt, err)
-			}
-		}
-	})
+	execAtEnd(tb, url, "DROP OWNED BY "+ident, "DROP ROLE "+ident)
 	for _, g := range grants {
 		_, err := conn.Exec(context.Background(), "GRANT "+g+" TO "+ident)
 		require.NoError(tb, err)
