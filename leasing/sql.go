@@ -138,15 +138,18 @@ type leaseHealth struct {
 // *OrderingKeyConflictError, a unique
 // violation becomes ErrDuplicate with the server's detail, pgx.ErrNoRows
 // becomes ErrNotFound, lock_not_available (SQLSTATE 55P03, the statement's
-// lock_timeout ran out) becomes ErrLockTimeout wrapping the server's error;
+// lock_timeout ran out) becomes ErrLockTimeout wrapping the server's error,
+// insufficient_privilege (SQLSTATE 42501) ErrPermissionDenied wrapping it;
 // other errors, nil, and errors it already mapped pass unchanged.
 func mapErr(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil, errors.Is(err, ErrLockTimeout):
+	case err == nil, errors.Is(err, ErrLockTimeout), errors.Is(err, ErrPermissionDenied):
 		return err
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
 		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "LS001":
 		id, _ := uuid.Parse(pgErr.Detail)
 		return &OrderingKeyConflictError{ID: id}

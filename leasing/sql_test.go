@@ -33,6 +33,18 @@ func TestMapErrLockTimeout(t *testing.T) {
 	require.NotErrorIs(t, mapErr(&pgconn.PgError{Code: "40001"}), ErrLockTimeout)
 }
 
+func TestMapErrPermissionDenied(t *testing.T) {
+	t.Parallel()
+	server := &pgconn.PgError{Code: "42501", Message: "permission denied for table inbox_ordering_keys"}
+	err := mapErr(fmt.Errorf("complete: %w", server))
+	require.ErrorIs(t, err, ErrPermissionDenied)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code)
+	require.Equal(t, err, mapErr(err), "mapped once")
+	require.NotErrorIs(t, mapErr(&pgconn.PgError{Code: "42P01"}), ErrPermissionDenied)
+}
+
 func TestLockTimeoutSetting(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

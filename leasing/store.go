@@ -15,7 +15,11 @@ import (
 // any statement runs: on bad input they return an *ArgumentError and change
 // nothing. Per-message results come back in input order. Other errors are
 // the driver's (connection, context); a call whose reply was lost may have
-// committed (each method's Errors paragraph says what then holds).
+// committed (each method's Errors paragraph says what then holds). A
+// Postgres call whose statements the database refuses to the store's role
+// returns an error matching ErrPermissionDenied (VacuumIfDead checks first
+// and returns ErrVacuumNotAllowed; a claim that parked rows reports a
+// refused freeing of their keys in ParkedError.KeysNotFreed).
 type Store interface {
 	// Queue returns the queue this store serves.
 	//

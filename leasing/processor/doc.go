@@ -48,7 +48,12 @@
 //     tried up to 5 times in all, with backoff (a repeated write that had
 //     committed reports already_applied), then given up: the lease is no
 //     longer renewed, so the row expires and is reclaimed. A write the
-//     fence refuses counts persist_rejected. When 8 x Concurrency outcomes
+//     database refuses for lack of a privilege (leasing.ErrPermissionDenied)
+//     is not tried again and stops the processor: Run returns that error
+//     once shut down, rather than claim messages whose outcomes it cannot
+//     write (before its first claim the processor checks the same, see
+//     [PrivilegeChecker]). A write the fence refuses counts
+//     persist_rejected. When 8 x Concurrency outcomes
 //     already wait for the writer, a worker queues its own and keeps its
 //     slot until the writer has taken it, so a store slow to write stops
 //     the claims.
@@ -161,12 +166,15 @@
 //   - warn: "claim failed", "message parked by the claim" (error holds
 //     the reason), "orphan sweep failed", "renew failed", "lease lost",
 //     "handler timed out" (timeout), "outcome write failed; retrying"
-//     (try), "outcome not written: the lease fence refused it" (operation,
+//     (try), "privilege check failed; trying again before claiming",
+//     "outcome not written: the lease fence refused it" (operation,
 //     outcome), "message dead-lettered", "vacuum failed", "vacuum not
 //     allowed; the table is left to autovacuum", "listener connection
 //     lost; reconnecting" (backoff);
 //   - error: "handler panicked" (stack), "gave up writing outcomes"
-//     (operation, count, message_ids), "batch handler returned the wrong
+//     (operation, count, message_ids), "not running: the store's role
+//     lacks privileges", "stopping: the database refused an outcome write
+//     for lack of a privilege", "batch handler returned the wrong
 //     number of outcomes" (count, message_ids, outcomes), "listener
 //     stopped: notifications do not arrive";
 //   - info: "listener connected" (backend_pid), after every LISTEN that

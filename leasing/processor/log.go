@@ -115,6 +115,29 @@ func (p *Processor) writeGaveUp(kind writeKind, g []pendingWrite, err error) {
 		slog.Int("count", len(g)), slog.Any("message_ids", ids), errAttr(err))
 }
 
+// privilegesMissing reports and logs err, the *leasing.PrivilegeError of
+// the check before the first claim (error: the processor does not run),
+// and returns the error Run returns.
+func (p *Processor) privilegesMissing(err error) error {
+	err = p.errorf("refuses to run", err)
+	p.report(err)
+	p.log.log(slog.LevelError, "not running: the store's role lacks privileges", errAttr(err))
+	return err
+}
+
+// privilegeCheckFailed reports and logs a privilege check that could not
+// tell (warn: tried again at the next poll, before any claim).
+func (p *Processor) privilegeCheckFailed(err error) {
+	p.report(p.errorf("check privileges", err))
+	p.log.log(slog.LevelWarn, "privilege check failed; trying again before claiming", errAttr(err))
+}
+
+// writeRefused logs an outcome write the database refused for lack of a
+// privilege (error: the processor stops); writeGaveUp reported it.
+func (p *Processor) writeRefused(err error) {
+	p.log.log(slog.LevelError, "stopping: the database refused an outcome write for lack of a privilege", errAttr(err))
+}
+
 // logWritten logs the outcomes of g that res reports: each dead letter
 // written (warn), each failure written (debug: the retry is scheduled) and
 // each outcome the fence refused (warn). A success logs nothing.

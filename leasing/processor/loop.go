@@ -34,6 +34,10 @@ type run struct {
 	// preceded by a ReleaseOrphans sweep, since the failed claim may have
 	// committed leases this processor never saw.
 	sweepUntil time.Time
+	// allowed is set once the store's PrivilegeChecker found nothing
+	// missing (at once for a store without one); until then each claim is
+	// replaced by the check.
+	allowed bool
 
 	earlyClaim   chan struct{} // capacity 1: a failed message is due again within earlyClaimIn
 	earlyClaimMu sync.Mutex    // guards earlyClaimIn
@@ -162,6 +166,9 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 // it took (leased or parked), -1 when it failed.
 func (r *run) claim() (full bool, found int) {
 	p := r.p
+	if !r.allowed && !r.checkPrivileges() {
+		return false, -1
+	}
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
 		return false, -1
 	}
@@ -197,6 +204,30 @@ func (r *run) claim() (full bool, found int) {
 	base := p.tracer.claimed(r.base, sent, p.claimRequest, leases, parked, nil)
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
 	return len(leases)+parked >= p.opts.BatchSize, len(leases) + parked
+}
+
+// checkPrivileges asks a store that implements PrivilegeChecker whether
+// its role may run the processor's statements, and reports whether it
+// may. A *leasing.PrivilegeError stops the processor; another error is
+// reported, and the next claim asks again.
+func (r *run) checkPrivileges() bool {
+	p := r.p
+	c, ok := p.store.(PrivilegeChecker)
+	if ok {
+		ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
+		defer cancel()
+		err := c.CheckPrivileges(ctx)
+		switch pe := (*leasing.PrivilegeError)(nil); {
+		case errors.As(err, &pe):
+			p.refuse(p.privilegesMissing(err))
+			return false
+		case err != nil:
+			p.privilegeCheckFailed(err)
+			return false
+		}
+	}
+	r.allowed = true
+	return true
 }
 
 // sweepOrphans releases the rows leased to this processor's owner that it

@@ -110,9 +110,30 @@ type Processor struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when Run returns
 
-	mu      sync.Mutex // guards started, nothing else
+	mu      sync.Mutex // guards started and refused
 	started bool
+	// refused is the first refusal for lack of a privilege that stopped
+	// the processor (the privilege check's, or an outcome write's); Run
+	// returns it.
+	refused error
 }
+
+// PrivilegeChecker is implemented by stores that can tell, before the
+// first claim, whether their role may run every statement a processor
+// sends (leasing.Postgres.CheckPrivileges). Run calls it before its first
+// claim, until it answers. A store that wraps a *leasing.Postgres without
+// embedding it is not checked unless it implements this too.
+type PrivilegeChecker interface {
+	// CheckPrivileges changes nothing and reports whether the store's role
+	// may claim, renew, release and write every outcome.
+	//
+	// Errors: a *leasing.PrivilegeError (errors.Is
+	// leasing.ErrPermissionDenied) when it may not; any other error when
+	// the check could not tell, and Run asks again at its next poll.
+	CheckPrivileges(ctx context.Context) error
+}
+
+var _ PrivilegeChecker = (*leasing.Postgres)(nil)
 
 // New returns a processor that claims from store and passes each message
 // to handler. Call Run to start it.
@@ -172,11 +193,30 @@ func (p *Processor) Options() Options { return p.opts }
 // then shuts down as the package documentation describes and returns nil
 // once every handler has returned and every outcome and release has been
 // written (or given up after its write attempts). Store errors do not end
-// Run: they go to OnError and the work is tried again later. Run blocks
-// while a handler ignores its cancelled context. Values of ctx reach
-// handlers and store calls; its cancellation does not cut them short.
+// Run: they go to OnError and the work is tried again later, except the
+// refusals for lack of a privilege described below. Run blocks while a
+// handler ignores its cancelled context. Values of ctx reach handlers and
+// store calls; its cancellation does not cut them short.
 //
-// Errors: a Processor runs once; a second Run returns an error at once.
+// Before its first claim, Run asks a store that implements
+// PrivilegeChecker whether its role may run every statement the processor
+// sends. Until the check answers (when the database is unreachable, say,
+// or the store's schema check fails), its error goes to OnError and the
+// check is tried again at each poll, in place of a claim. When the role
+// lacks a privilege, Run claims nothing and returns an error wrapping the
+// *leasing.PrivilegeError (also passed to OnError): its handlers would
+// otherwise run, fail to record their outcomes and run again after every
+// lease expiry. Should the database later refuse an outcome write for lack
+// of a privilege (privileges revoked while it runs), the processor stops
+// claiming at once, shuts down as above and Run returns that error; a
+// revoke that is undone at once still stops it. Claims and orphan sweeps
+// refused later are retried, as other store errors; a renewal refused
+// later leaves its leases to expire, and the outcome writes of their
+// handlers are then refused too.
+//
+// Errors: a Processor runs once; a second Run returns an error at once. A
+// missing privilege: an error matching leasing.ErrPermissionDenied (and
+// errors.As a *leasing.PrivilegeError when the check found it).
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.started {
@@ -216,7 +256,21 @@ func (p *Processor) Run(ctx context.Context) error {
 	r.shutdown()
 	stopHeartbeat()
 	<-hbDone
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
+// refuse stops the processor because the database refuses its role what
+// it needs (err matches leasing.ErrPermissionDenied): Run returns the
+// first such error once shut down.
+func (p *Processor) refuse(err error) {
+	p.mu.Lock()
+	if p.refused == nil {
+		p.refused = err
+	}
+	p.mu.Unlock()
+	p.requestStop()
 }
 
 // Stop starts shutdown, as cancelling Run's context does, and waits for Run

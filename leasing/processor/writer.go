@@ -230,6 +230,10 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	p.tracer.endWrite(span, kind, g, res, err)
 	if err != nil {
 		p.writeGaveUp(kind, g, err)
+		if errors.Is(err, leasing.ErrPermissionDenied) {
+			p.writeRefused(err)
+			p.refuse(p.errorf("stopped: the database refused an outcome write", err))
+		}
 		return true
 	}
 	p.logWritten(kind, g, res)
@@ -256,7 +260,8 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	return true
 }
 
-// persist calls call until it returns no error, an *ArgumentError, or
+// persist calls call until it returns no error, an *ArgumentError, an
+// error matching leasing.ErrPermissionDenied (no retry mends it), or
 // writeTries calls failed; each call may take LeaseDuration. With yield, a
 // first call that fails with leasing.ErrLockTimeout returns at once.
 func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error), yield bool) (leasing.WriteResult, error) {
@@ -266,7 +271,7 @@ func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)
 		ctx, cancel := context.WithTimeout(w.base, p.opts.LeaseDuration)
 		res, err := call(ctx)
 		cancel()
-		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || try == writeTries ||
+		if err == nil || errors.Is(err, leasing.ErrInvalidArgument) || errors.Is(err, leasing.ErrPermissionDenied) || try == writeTries ||
 			yield && try == 1 && errors.Is(err, leasing.ErrLockTimeout) {
 			return res, err
 		}
