@@ -421,7 +421,7 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		for i, m := range missing {
 			lacks[i] = m.Privilege + " on " + m.TableName
 		}
-		problem("this role lacks %s, which processors need: a processor connecting as it fails some of its calls (without the keys' table's rights, every complete of a keyed message, so its handlers run again and again); run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant them; the depth, leases and claim plan were not checked",
+		problem("this role lacks %s, which processors need: a processor connecting as it refuses to run when its statements need them (processor.Run returns a *leasing.PrivilegeError naming the refused calls; without the keys' table's rights, every complete of a keyed message is refused); run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant them; the depth, leases and claim plan were not checked",
 			strings.Join(lacks, ", "))
 	} else if err := checkBacklog(ctx, pool, q, opts, schemaBehind, &qr, problem, warn); err != nil {
 		return qr, err
