@@ -145,57 +145,6 @@ func (q *Queries) DiagnosticsIndexes(ctx context.Context, db DBTX, arg Diagnosti
 	return items, nil
 }
 
-const diagnosticsMissingPrivileges = `-- name: DiagnosticsMissingPrivileges :many
-SELECT n.table_name::text AS table_name, n.privilege::text AS privilege
-FROM (VALUES ($1::text, 'SELECT'), ($1::text, 'INSERT'), ($1::text, 'UPDATE'),
-             ($2::text, 'SELECT'), ($2::text, 'INSERT'), ($2::text, 'UPDATE'),
-             ($2::text, 'DELETE'), ('leasestore_queue_settings', 'SELECT')) AS n(table_name, privilege)
-WHERE to_regclass(n.table_name) IS NOT NULL
-  AND NOT CASE n.privilege
-              WHEN 'DELETE' THEN has_table_privilege(to_regclass(n.table_name), 'DELETE')
-              ELSE has_any_column_privilege(to_regclass(n.table_name), n.privilege)
-          END
-ORDER BY n.table_name, n.privilege
-`
-
-type DiagnosticsMissingPrivilegesParams struct {
-	QueueTable string
-	KeysTable  string
-}
-
-type DiagnosticsMissingPrivilegesRow struct {
-	TableName string
-	Privilege string
-}
-
-// DiagnosticsMissingPrivileges lists the table privileges that processors
-// need and the current role lacks (db/roles.sql grants them to
-// leasestore_processor): SELECT, INSERT and UPDATE on queue_table (UPDATE
-// of some column: roles.sql grants it per column), SELECT, INSERT, UPDATE
-// and DELETE on keys_table (its ordering keys' table), SELECT on
-// leasestore_queue_settings. Tables that do not exist (a schema before
-// migration 00010) are left out; in table and privilege order. Names
-// resolve through search_path, like the queue queries'.
-func (q *Queries) DiagnosticsMissingPrivileges(ctx context.Context, db DBTX, arg DiagnosticsMissingPrivilegesParams) ([]DiagnosticsMissingPrivilegesRow, error) {
-	rows, err := db.Query(ctx, diagnosticsMissingPrivileges, arg.QueueTable, arg.KeysTable)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []DiagnosticsMissingPrivilegesRow{}
-	for rows.Next() {
-		var i DiagnosticsMissingPrivilegesRow
-		if err := rows.Scan(&i.TableName, &i.Privilege); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const diagnosticsOldestXact = `-- name: DiagnosticsOldestXact :many
 SELECT a.pid::integer AS pid,
        coalesce(a.state, '')::text AS state,

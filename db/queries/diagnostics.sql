@@ -148,23 +148,3 @@ SELECT (s.oid IS NOT NULL)::boolean AS present,
                    AND NOT has_sequence_privilege(r.oid, s.oid, 'SELECT')),
                 '{}')::text[] AS roles_without_select
 FROM (SELECT to_regclass(@table_name::text || '_work_signal')::oid AS oid) AS s;
-
--- DiagnosticsMissingPrivileges lists the table privileges that processors
--- need and the current role lacks (db/roles.sql grants them to
--- leasestore_processor): SELECT, INSERT and UPDATE on queue_table (UPDATE
--- of some column: roles.sql grants it per column), SELECT, INSERT, UPDATE
--- and DELETE on keys_table (its ordering keys' table), SELECT on
--- leasestore_queue_settings. Tables that do not exist (a schema before
--- migration 00010) are left out; in table and privilege order. Names
--- resolve through search_path, like the queue queries'.
--- name: DiagnosticsMissingPrivileges :many
-SELECT n.table_name::text AS table_name, n.privilege::text AS privilege
-FROM (VALUES (@queue_table::text, 'SELECT'), (@queue_table::text, 'INSERT'), (@queue_table::text, 'UPDATE'),
-             (@keys_table::text, 'SELECT'), (@keys_table::text, 'INSERT'), (@keys_table::text, 'UPDATE'),
-             (@keys_table::text, 'DELETE'), ('leasestore_queue_settings', 'SELECT')) AS n(table_name, privilege)
-WHERE to_regclass(n.table_name) IS NOT NULL
-  AND NOT CASE n.privilege
-              WHEN 'DELETE' THEN has_table_privilege(to_regclass(n.table_name), 'DELETE')
-              ELSE has_any_column_privilege(to_regclass(n.table_name), n.privilege)
-          END
-ORDER BY n.table_name, n.privilege;

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/db"
@@ -295,7 +296,9 @@ var shippedOptions = []string{
 // Check runs every check on pool's database and returns the report. The
 // claim it measures really runs inside a transaction that is rolled back
 // (see explain.Claim): it briefly locks up to BatchSize due
-// rows and leaves as many dead row versions.
+// rows and leaves as many dead row versions. The processors' privileges
+// are checked as processors check them (leasing.Postgres.CheckPrivileges:
+// their statements for no message, rolled back).
 //
 // Errors: the first query that failed to run (a failed check is a problem
 // in the report, not an error).
@@ -412,19 +415,18 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		}
 	}
 
-	missing, err := g.DiagnosticsMissingPrivileges(ctx, pool, gen.DiagnosticsMissingPrivilegesParams{QueueTable: t, KeysTable: q.KeyTable()})
+	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{SkipSchemaCheck: true}) // checkMigrations and the index checks report the schema
+	if err != nil {
+		return qr, err
+	}
+	allowed, err := checkPrivileges(ctx, store, schemaBehind || qr.Keys == nil, problem, warn)
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %s privileges: %w", t, err)
 	}
-	if len(missing) > 0 {
-		lacks := make([]string, len(missing))
-		for i, m := range missing {
-			lacks[i] = m.Privilege + " on " + m.TableName
+	if allowed {
+		if err := checkBacklog(ctx, store, q, opts, schemaBehind, &qr, problem, warn); err != nil {
+			return qr, err
 		}
-		problem("this role lacks %s, which processors need: a processor connecting as it refuses to run when its statements need them (processor.Run returns a *leasing.PrivilegeError naming the refused calls; without the keys' table's rights, every complete of a keyed message is refused); run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant them; the depth, leases and claim plan were not checked",
-			strings.Join(lacks, ", "))
-	} else if err := checkBacklog(ctx, pool, q, opts, schemaBehind, &qr, problem, warn); err != nil {
-		return qr, err
 	}
 
 	if qr.DeadTuples > opts.MaxDeadTuples {
@@ -449,16 +451,48 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	return qr, nil
 }
 
+// checkPrivileges runs store.CheckPrivileges, the check every processor
+// runs before its first claim, unless behind (the schema lacks what the
+// processors' statements need), and reports a refused call, or a
+// statement the server failed, as a problem. It reports whether the
+// processors' statements may run, so that the checks that need them are
+// made; errors are the driver's (connection, context).
+func checkPrivileges(ctx context.Context, store *leasing.Postgres, behind bool, problem, warn func(string, ...any)) (bool, error) {
+	if behind {
+		warn("the processors' privileges were not checked: their statements need the migrations not applied yet")
+		return true, nil
+	}
+	err := store.CheckPrivileges(ctx)
+	var (
+		pe    *leasing.PrivilegeError
+		pgErr *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &pe):
+		refused := make([]string, len(pe.Refused))
+		for i, r := range pe.Refused {
+			refused[i] = r.Call
+			if errors.As(r.Err, &pgErr) {
+				refused[i] += " (" + pgErr.Message + ")"
+			}
+		}
+		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what is missing; the depth, leases and claim plan were not checked",
+			strings.Join(refused, ", "))
+		return false, nil
+	case errors.As(err, &pgErr):
+		problem("a processor's statements fail on this database: %s; run leasectl migrate up; the depth, leases and claim plan were not checked", pgErr.Error())
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // checkBacklog reads q's depth, leases and longest-held key (Stats), the
 // overdue check and, unless the schema is behind, the claim's plan and
 // cost, into qr, reporting through problem and warn. It needs the
-// privileges processors have on the queue's tables.
-func checkBacklog(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options, schemaBehind bool, qr *QueueReport, problem, warn func(string, ...any)) error {
+// privileges processors have on the queue's tables (checkPrivileges).
+func checkBacklog(ctx context.Context, store *leasing.Postgres, q leasing.Queue, opts Options, schemaBehind bool, qr *QueueReport, problem, warn func(string, ...any)) error {
 	g := gen.New()
-	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{SkipSchemaCheck: true}) // checkMigrations and the index checks report the schema
-	if err != nil {
-		return err
-	}
+	pool := store.Pool()
 	stats, err := store.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
