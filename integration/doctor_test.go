@@ -282,6 +282,12 @@ func TestDoctor(t *testing.T) {
 		in := rep.Queues[0]
 		require.True(t, hasProblem(in.Problems, "this role may not run every statement a processor sends: free ordering keys (permission denied for table inbox_ordering_keys); a processor connecting as it claims nothing"), in.Problems)
 		require.False(t, hasProblem(in.Problems, "INSERT"), "processors need no INSERT: %v", in.Problems)
+		// The text output still shows the tables' state and the signal.
+		var text bytes.Buffer
+		require.NoError(t, doctor.WriteText(&text, rep))
+		require.Contains(t, text.String(), "\n  dead tuples 0 (live 0), last autovacuum never")
+		require.Contains(t, text.String(), "\n  inbox_ordering_keys: dead tuples 0 (live 0)")
+		require.Contains(t, text.String(), "\n  work signal: sequence inbox_messages_work_signal, read by the insert trigger's WHEN clause true, this role may read it ")
 		require.False(t, hasProblem(in.Problems, "on inbox_messages"), in.Problems)
 		require.True(t, hasProblem(in.Problems, "autovacuum is turned off for inbox_messages"), in.Problems)
 	})

@@ -836,12 +836,22 @@ func WriteText(w io.Writer, rep Report) error {
 				fmt.Fprintf(&b, "  waiting behind their keys %d; longest-held key %q (tenant %q): head %s for %s\n",
 					q.Waiting, h.OrderingKey, h.TenantID, h.MessageID, round(time.Duration(h.AgeSeconds*float64(time.Second))))
 			}
+		}
+		// The tables' state and the signal are read whatever the role may
+		// do with the rows, so they are printed even when the checks above
+		// were skipped; not for a table that does not exist (its report
+		// lists no index).
+		if len(q.Indexes) > 0 {
 			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
 				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum), q.MayVacuum)
-			if k := q.Keys; k != nil {
-				fmt.Fprintf(&b, "  %s: dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
-					k.Table, k.DeadTuples, k.LiveTuples, ago(k.LastAutovacuum), ago(k.LastVacuum), k.MayVacuum)
-			}
+		}
+		if k := q.Keys; k != nil {
+			fmt.Fprintf(&b, "  %s: dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
+				k.Table, k.DeadTuples, k.LiveTuples, ago(k.LastAutovacuum), ago(k.LastVacuum), k.MayVacuum)
+		}
+		if sig := q.Signal; sig != nil {
+			fmt.Fprintf(&b, "  work signal: sequence %s, read by the insert trigger's WHEN clause %t, this role may read it %t, roles that may insert but not read it %d\n",
+				sig.Sequence, sig.Gated, sig.MaySelect, len(sig.RolesWithoutSelect))
 		}
 		for _, p := range q.Problems {
 			fmt.Fprintf(&b, "  problem: %s\n", p)
