@@ -39,18 +39,19 @@ type run struct {
 	// replaced by the check.
 	allowed bool
 
-	earlyClaim   chan struct{} // capacity 1: a failed message is due again within earlyClaimIn
+	earlyClaim   chan struct{} // capacity 1: a message may be due within earlyClaimIn
 	earlyClaimMu sync.Mutex    // guards earlyClaimIn
-	earlyClaimIn time.Duration // soonest retry delay written since the loop last looked; 0 for none
+	earlyClaimIn time.Duration // soonest claimEarly delay since the loop last looked; 0 for none
 }
 
 func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 	return &run{p: p, base: base, book: book, w: w, freed: make(chan struct{}, 1), earlyClaim: make(chan struct{}, 1)}
 }
 
-// claimEarly tells the loop that a message was written as failed with
-// retry delay d, so that it claims then rather than at the next poll when
-// that is sooner. d is on the store's clock; the loop treats it as a hint.
+// claimEarly tells the loop that a message may be due within d (a failed
+// outcome's retry delay; 0 for the next message of a key just freed), so
+// that it claims then rather than at the next poll when that is sooner. d
+// is on the store's clock; the loop treats it as a hint.
 func (r *run) claimEarly(d time.Duration) {
 	r.earlyClaimMu.Lock()
 	if r.earlyClaimIn == 0 || d < r.earlyClaimIn {

@@ -249,7 +249,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}()
 
 	r := newRun(p, base, book, w)
-	w.onFailWritten = r.claimEarly
+	w.dueSoon = r.claimEarly
 	r.loop(ctx)
 	stopVacuum() // frees its pool connection for the shutdown's writes
 	<-vacDone

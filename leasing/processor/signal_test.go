@@ -2,6 +2,8 @@ package processor_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,4 +113,36 @@ func TestVacuumChecksOnlyAfterWrites(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // 20 check intervals
 	require.Greater(t, store.claims.Load(), claims, "still polling")
 	require.Equal(t, settled, store.vacuumChecks.Load(), "no vacuum check while idle again")
+}
+
+// TestKeyedSuccessorClaimedWithoutWaitingForThePoll: completing a keyed
+// head promotes the next message of its key, which no insert announces;
+// the processor claims it at once, not at its next poll (here an hour
+// away, with a signal that never wakes).
+func TestKeyedSuccessorClaimedWithoutWaitingForThePoll(t *testing.T) {
+	b := setupProcessor(t, leasing.Inbox)
+	msgs := make([]leasing.NewMessage, 3)
+	for i := range msgs {
+		msgs[i] = leasing.NewMessage{Type: "t", OrderingKey: "order-1", Payload: fmt.Appendf(nil, "e%d", i)}
+	}
+	res, err := b.mem.Enqueue(context.Background(), msgs...)
+	require.NoError(t, err)
+	var order []string
+	var mu sync.Mutex
+	b.start(t, nil, func(_ context.Context, l leasing.Lease) error {
+		// Longer than the short repolls after a claim that found work
+		// (126 ms in all), so that only the completion can bring the
+		// next claim forward.
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		order = append(order, string(l.Message.Payload))
+		mu.Unlock()
+		return nil
+	}, processor.Options{PollInterval: time.Hour, WorkSignal: silent(), Vacuum: processor.VacuumPolicy{Disabled: true}})
+	for _, id := range res.IDs {
+		waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "each message of the key handled without waiting for the poll")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"e0", "e1", "e2"}, order)
 }

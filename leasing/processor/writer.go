@@ -40,9 +40,11 @@ type writer struct {
 	p    *Processor
 	book *book
 	base context.Context
-	// onFailWritten is called with the retry delay of each failed outcome
-	// written.
-	onFailWritten func(time.Duration)
+	// dueSoon is called with d when a message may become due within d: the
+	// retry delay of each failed outcome written, and 0 after a completion
+	// or dead letter of keyed leases, which promotes the next message of
+	// each key (no insert, so no work signal, announces it).
+	dueSoon func(time.Duration)
 	// limit is how many outcomes may wait without holding their worker: a
 	// worker whose outcome finds limit or more waiting still queues it (the
 	// next write takes it) but keeps its slot until the writer has taken
@@ -247,17 +249,35 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	switch kind {
 	case writeComplete:
 		count(p.metrics.succeeded, done)
+		w.keysFreed(g, res)
 	case writeFail:
 		count(p.metrics.failed, done)
 		for i, o := range res.Outcomes {
-			if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.onFailWritten != nil {
-				w.onFailWritten(g[i].failure.RetryAfter)
+			if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.dueSoon != nil {
+				w.dueSoon(g[i].failure.RetryAfter)
 			}
 		}
 	case writeDeadLetter:
 		count(p.metrics.deadLettered, done)
+		w.keysFreed(g, res)
 	}
 	return true
+}
+
+// keysFreed calls dueSoon(0) when res, the completion or dead letter of g,
+// applied an outcome to a keyed lease: the store promoted the next message
+// of its key, if one waits, and the loop claims it now rather than at its
+// next poll, which with a WorkSignal may be PollInterval away.
+func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
+	if w.dueSoon == nil {
+		return
+	}
+	for i, o := range res.Outcomes {
+		if o.Outcome == leasing.OutcomeApplied && i < len(g) && g[i].failure.Lease.Message.OrderingKey != "" {
+			w.dueSoon(0)
+			return
+		}
+	}
 }
 
 // persist calls call until it returns no error, an *ArgumentError, an
