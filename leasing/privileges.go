@@ -61,7 +61,7 @@ func (e *PrivilegeError) Error() string {
 		}
 		calls[i] = r.Call + " (" + msg + ")"
 	}
-	return fmt.Sprintf("leasing: a processor of %s logged in as %q may not %s: run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what is missing",
+	return fmt.Sprintf("leasing: a processor of %s logged in as %q may not %s: run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call)",
 		e.Queue, e.User, strings.Join(calls, ", "))
 }
 

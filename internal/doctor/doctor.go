@@ -476,7 +476,7 @@ func checkPrivileges(ctx context.Context, store *leasing.Postgres, behind bool, 
 				refused[i] += " (" + pgErr.Message + ")"
 			}
 		}
-		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what is missing; the depth, leases and claim plan were not checked",
+		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call); the depth, leases and claim plan were not checked",
 			strings.Join(refused, ", "))
 		return false, nil
 	case errors.As(err, &pgErr):
