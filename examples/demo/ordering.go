@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,7 @@ func runOrdering(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg con
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
+	ran := make(chan error, 2) // what each processor's Run returned, nil after a shutdown
 	for _, instance := range []string{"A", "B"} {
 		p, err := processor.New(store, handler(instance), processor.Options{
 			Owner: "keyed-" + instance, BatchSize: cfg.Batch, LeaseDuration: cfg.Lease, Concurrency: 4,
@@ -91,10 +93,11 @@ func runOrdering(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg con
 		if err != nil {
 			return nil, err
 		}
-		wg.Go(func() { _ = p.Run(runCtx) })
+		wg.Go(func() { ran <- p.Run(runCtx) })
 	}
 	deadline := time.Now().Add(time.Minute)
-	for {
+	var runErr error
+	for runErr == nil {
 		mu.Lock()
 		n := 0
 		for _, ids := range succeeded {
@@ -104,10 +107,20 @@ func runOrdering(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg con
 		if n == 5*len(orderingKeys) || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case runErr = <-ran: // a processor stopped before shutdown: its role lacks a privilege
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	stop()
 	wg.Wait()
+	close(ran)
+	for err := range ran {
+		runErr = cmp.Or(runErr, err)
+	}
+	if runErr != nil {
+		return nil, runErr
+	}
 
 	mu.Lock()
 	defer mu.Unlock()
