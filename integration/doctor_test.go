@@ -292,6 +292,21 @@ func TestDoctor(t *testing.T) {
 		require.True(t, hasProblem(in.Problems, "autovacuum is turned off for inbox_messages"), in.Problems)
 	})
 
+	t.Run("Check/StatementsDoNotFitTheSchema", func(t *testing.T) {
+		// Every migration applied, but the ordering keys' table dropped by
+		// hand: the processors' statements fail, a problem in the report.
+		t.Parallel()
+		ctx := t.Context()
+		url := dbtest.DatabaseURL(t)
+		_, err := adminConn(t, url).Exec(ctx, "DROP TABLE inbox_ordering_keys")
+		require.NoError(t, err)
+		rep, err := doctor.Check(ctx, newPool(t, url, "leasestore-doctor-no-keys", 2), doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		in := rep.Queues[0]
+		require.True(t, hasProblem(in.Problems, `a processor's statements do not fit this schema: ERROR: relation "inbox_ordering_keys" does not exist (SQLSTATE 42P01); run leasectl migrate up`), in.Problems)
+		require.False(t, hasProblem(in.Warnings, "were not checked"), in.Warnings)
+	})
+
 	t.Run("Check/HeadParkedKeyNotFreed", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

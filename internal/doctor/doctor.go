@@ -419,12 +419,16 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	if err != nil {
 		return qr, err
 	}
-	allowed, err := checkPrivileges(ctx, store, schemaBehind || qr.Keys == nil, problem, warn)
+	allowed, err := checkPrivileges(ctx, store, schemaBehind, problem, warn)
 	if err != nil {
 		return qr, fmt.Errorf("doctor: %s privileges: %w", t, err)
 	}
 	if allowed {
-		if err := checkBacklog(ctx, store, q, opts, schemaBehind, &qr, problem, warn); err != nil {
+		err := checkBacklog(ctx, store, q, opts, schemaBehind, &qr, problem, warn)
+		switch {
+		case errors.Is(err, leasing.ErrPermissionDenied): // privileges not checked: the schema is behind
+			problem("this role may not read the queue: %v; the depth, leases and claim plan were not checked", err)
+		case err != nil:
 			return qr, err
 		}
 	}
@@ -451,23 +455,27 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 	return qr, nil
 }
 
+// schemaErrors are the SQLSTATEs of a statement that the schema does not
+// fit: undefined_table, undefined_column, undefined_function.
+var schemaErrors = []string{"42P01", "42703", "42883"}
+
 // checkPrivileges runs store.CheckPrivileges, the check every processor
-// runs before its first claim, unless behind (the schema lacks what the
-// processors' statements need), and reports a refused call, or a
-// statement the server failed, as a problem. It reports whether the
-// processors' statements may run, so that the checks that need them are
-// made; errors are the driver's (connection, context).
+// runs before its first claim, and reports a refused call as a problem,
+// and a statement the schema does not fit as a warning when behind (the
+// migrations the statements need are not applied) or else as a problem,
+// as it does any other error the server returned for a statement. It
+// reports whether the checks that need the processors' privileges may be
+// made. Errors: ErrLockTimeout (DDL holds a table), the connection's and
+// the context's.
 func checkPrivileges(ctx context.Context, store *leasing.Postgres, behind bool, problem, warn func(string, ...any)) (bool, error) {
-	if behind {
-		warn("the processors' privileges were not checked: their statements need the migrations not applied yet")
-		return true, nil
-	}
 	err := store.CheckPrivileges(ctx)
 	var (
 		pe    *leasing.PrivilegeError
 		pgErr *pgconn.PgError
 	)
 	switch {
+	case err == nil:
+		return true, nil
 	case errors.As(err, &pe):
 		refused := make([]string, len(pe.Refused))
 		for i, r := range pe.Refused {
@@ -476,14 +484,20 @@ func checkPrivileges(ctx context.Context, store *leasing.Postgres, behind bool, 
 				refused[i] += " (" + pgErr.Message + ")"
 			}
 		}
-		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call); the depth, leases and claim plan were not checked",
+		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns an error wrapping a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call); the depth, leases and claim plan were not checked",
 			strings.Join(refused, ", "))
 		return false, nil
-	case errors.As(err, &pgErr):
-		problem("a processor's statements fail on this database: %s; run leasectl migrate up; the depth, leases and claim plan were not checked", pgErr.Error())
+	case errors.Is(err, leasing.ErrLockTimeout), !errors.As(err, &pgErr):
+		return false, err
+	case slices.Contains(schemaErrors, pgErr.Code) && behind:
+		warn("the processors' privileges were not checked: their statements need the migrations not applied yet (%s)", pgErr.Message)
+		return true, nil
+	case slices.Contains(schemaErrors, pgErr.Code):
+		problem("a processor's statements do not fit this schema: %s; run leasectl migrate up, or recreate what is missing as db/migrations defines it; the depth, leases and claim plan were not checked", pgErr.Error())
 		return false, nil
 	}
-	return err == nil, err
+	problem("a processor's statements fail on this database: %s; the depth, leases and claim plan were not checked", pgErr.Error())
+	return false, nil
 }
 
 // checkBacklog reads q's depth, leases and longest-held key (Stats), the
