@@ -43,9 +43,10 @@
 //     without an outcome: the worker crashed) is dead-lettered with
 //     [ErrAttemptsExhausted] without running the handler again. A retry
 //     delay shorter than the time to the next poll brings that claim
-//     forward, and so does a completion or dead letter of a keyed message:
-//     it promotes the next message of its key, which no work signal
-//     announces, and the processor claims it at once. One writer writes outcomes, batching whatever is ready (one
+//     forward, and so does a completion or dead letter of a keyed message,
+//     which may promote the next message of its key (no work signal
+//     announces it): the processor claims again as soon as a slot is free.
+//     A promoted message not yet visible waits for the poll. One writer writes outcomes, batching whatever is ready (one
 //     call per kind of outcome); a write failing with a driver error is
 //     tried up to 5 times in all, with backoff (a repeated write that had
 //     committed reports already_applied), then given up: the lease is no

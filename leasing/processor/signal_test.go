@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -145,4 +146,28 @@ func TestKeyedSuccessorClaimedWithoutWaitingForThePoll(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"e0", "e1", "e2"}, order)
+}
+
+// TestDeadLetteredKeyedHeadSuccessorClaimedAtOnce: a keyed head that
+// fails on its last attempt is dead-lettered, which frees its key
+// (strict ordering off) and promotes the next message; the processor
+// claims it at once, not at its next poll.
+func TestDeadLetteredKeyedHeadSuccessorClaimedAtOnce(t *testing.T) {
+	b := setupProcessor(t, leasing.Inbox)
+	res, err := b.mem.Enqueue(context.Background(),
+		leasing.NewMessage{Type: "t", OrderingKey: "order-1", Payload: []byte("poison")},
+		leasing.NewMessage{Type: "t", OrderingKey: "order-1", Payload: []byte("next")})
+	require.NoError(t, err)
+	b.start(t, nil, func(_ context.Context, l leasing.Lease) error {
+		time.Sleep(200 * time.Millisecond) // past the short repolls, as above
+		if string(l.Message.Payload) == "poison" {
+			return errors.New("poison")
+		}
+		return nil
+	}, processor.Options{
+		PollInterval: time.Hour, WorkSignal: silent(), Vacuum: processor.VacuumPolicy{Disabled: true},
+		RetryPolicy: processor.RetryPolicy{MaxAttempts: 1},
+	})
+	waitFor(t, statusIs(b.mem, res.IDs[0], leasing.StatusDeadLettered), "the head dead-lettered")
+	waitFor(t, statusIs(b.mem, res.IDs[1], leasing.StatusCompleted), "its successor handled without waiting for the poll")
 }

@@ -42,7 +42,7 @@ type writer struct {
 	base context.Context
 	// dueSoon is called with d when a message may become due within d: the
 	// retry delay of each failed outcome written, and 0 after a completion
-	// or dead letter of keyed leases, which promotes the next message of
+	// or dead letter of keyed leases, which may promote the next message of
 	// each key (no insert, so no work signal, announces it).
 	dueSoon func(time.Duration)
 	// limit is how many outcomes may wait without holding their worker: a
@@ -265,15 +265,18 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 }
 
 // keysFreed calls dueSoon(0) when res, the completion or dead letter of g,
-// applied an outcome to a keyed lease: the store promoted the next message
-// of its key, if one waits, and the loop claims it now rather than at its
-// next poll, which with a WorkSignal may be PollInterval away.
+// recorded an outcome of a keyed lease (applied, or already applied by a
+// try whose reply was lost): the store may have promoted the next message
+// of its key (not for a dead letter under strict ordering, nor when none
+// waits), and the loop claims again now rather than at its next poll,
+// which with a WorkSignal may be PollInterval away. One claim per write
+// call, whether or not anything was promoted.
 func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 	if w.dueSoon == nil {
 		return
 	}
 	for i, o := range res.Outcomes {
-		if o.Outcome == leasing.OutcomeApplied && i < len(g) && g[i].failure.Lease.Message.OrderingKey != "" {
+		if o.Outcome.Succeeded() && i < len(g) && g[i].failure.Lease.Message.OrderingKey != "" {
 			w.dueSoon(0)
 			return
 		}
