@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasestore/leasestore/gen"
@@ -37,10 +38,15 @@ import (
 // client (context ended, connection lost, decode error), the batch may have
 // committed.
 func (s *Postgres) pipeline(ctx context.Context, steps ...func(gen.DBTX) error) error {
-	settings := func(db gen.DBTX) error {
+	return s.send(ctx, true, s.genericPlansStep(ctx), steps)
+}
+
+// genericPlansStep returns the UseGenericPlansAndLockTimeout step of s's
+// lock timeout.
+func (s *Postgres) genericPlansStep(ctx context.Context) func(gen.DBTX) error {
+	return func(db gen.DBTX) error {
 		return gen.New().UseGenericPlansAndLockTimeout(ctx, db, gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
-	return s.send(ctx, true, settings, steps)
 }
 
 // pipelineSessionPlans is pipeline for the statements whose plans are left
@@ -89,7 +95,7 @@ func (s *Postgres) send(ctx context.Context, checkSchema bool, settings func(gen
 		}
 	}
 	for retry := 0; ; retry++ {
-		err := s.sendOnce(ctx, settings, steps)
+		err := s.sendOnce(ctx, s.pool, settings, steps)
 		var pgErr *pgconn.PgError
 		if retry == deadlockRetries || ctx.Err() != nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
 			return err
@@ -97,8 +103,15 @@ func (s *Postgres) send(ctx context.Context, checkSchema bool, settings func(gen
 	}
 }
 
-// sendOnce is one try of send.
-func (s *Postgres) sendOnce(ctx context.Context, settings func(gen.DBTX) error, steps []func(gen.DBTX) error) error {
+// batchSender sends a batch: the pool (one implicit transaction) or an
+// open transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// sendOnce is one try of send, on db: UseReadCommitted, settings and
+// steps in one batch.
+func (s *Postgres) sendOnce(ctx context.Context, db batchSender, settings func(gen.DBTX) error, steps []func(gen.DBTX) error) error {
 	readCommitted := func(db gen.DBTX) error { return gen.New().UseReadCommitted(ctx, db) }
 	steps = append([]func(gen.DBTX) error{readCommitted, settings}, steps...)
 	var rec pgbatch.Recorder
@@ -110,7 +123,7 @@ func (s *Postgres) sendOnce(ctx context.Context, settings func(gen.DBTX) error, 
 	if rec.Batch.Len() != len(steps) {
 		return fmt.Errorf("leasing: pipeline recorded %d statements for %d steps", rec.Batch.Len(), len(steps))
 	}
-	results := s.pool.SendBatch(ctx, &rec.Batch)
+	results := db.SendBatch(ctx, &rec.Batch)
 	var first error
 	for _, step := range steps {
 		if err := step(pgbatch.Replayer{Results: results}); err != nil {

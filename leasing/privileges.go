@@ -37,6 +37,16 @@ type RefusedCall struct {
 	Err error
 }
 
+// String returns the call and the server's message, as in "complete
+// (permission denied for table inbox_ordering_keys)".
+func (r RefusedCall) String() string {
+	msg := r.Err.Error()
+	if pgErr := (*pgconn.PgError)(nil); errors.As(r.Err, &pgErr) {
+		msg = pgErr.Message
+	}
+	return r.Call + " (" + msg + ")"
+}
+
 // PrivilegeError is CheckPrivileges' report of the processor's calls that
 // the database refuses to the store's role. errors.Is(err,
 // ErrPermissionDenied) holds.
@@ -53,16 +63,18 @@ type PrivilegeError struct {
 // Error implements error: the queue, the user and each refused call with
 // the server's message.
 func (e *PrivilegeError) Error() string {
+	return fmt.Sprintf("leasing: a processor of %s logged in as %q may not %s: run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call)",
+		e.Queue, e.User, e.refused())
+}
+
+// refused returns the refused calls, each as RefusedCall.String, joined
+// by commas.
+func (e *PrivilegeError) refused() string {
 	calls := make([]string, len(e.Refused))
 	for i, r := range e.Refused {
-		msg := r.Err.Error()
-		if pgErr := (*pgconn.PgError)(nil); errors.As(r.Err, &pgErr) {
-			msg = pgErr.Message
-		}
-		calls[i] = r.Call + " (" + msg + ")"
+		calls[i] = r.String()
 	}
-	return fmt.Sprintf("leasing: a processor of %s logged in as %q may not %s: run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call)",
-		e.Queue, e.User, strings.Join(calls, ", "))
+	return strings.Join(calls, ", ")
 }
 
 // Is reports whether target is ErrPermissionDenied.
@@ -109,13 +121,13 @@ func (s *Postgres) CheckPrivileges(ctx context.Context) error {
 const checkTimeout = 5 * time.Second
 
 // refusedCalls runs each of processorCalls in a transaction of its own,
-// after the prelude of pipeline (READ COMMITTED, generic plans, the lock
-// timeout), and rolls it back; it returns the calls refused for lack of a
-// privilege.
+// in one batch after the prelude of pipeline (READ COMMITTED, generic
+// plans, the lock timeout), and rolls it back; it returns the calls
+// refused for lack of a privilege.
 func (s *Postgres) refusedCalls(ctx context.Context) ([]RefusedCall, error) {
 	var refused []RefusedCall
 	for _, c := range s.processorCalls(ctx) {
-		err := s.rolledBack(ctx, c.run)
+		err := s.rolledBack(ctx, c.steps)
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
 			refused = append(refused, RefusedCall{Call: c.name, Err: err})
@@ -126,9 +138,9 @@ func (s *Postgres) refusedCalls(ctx context.Context) ([]RefusedCall, error) {
 	return refused, nil
 }
 
-// rolledBack runs UseReadCommitted, UseGenericPlansAndLockTimeout and then
-// run in a transaction, and rolls it back.
-func (s *Postgres) rolledBack(ctx context.Context, run func(gen.DBTX) error) error {
+// rolledBack sends steps as sendOnce does, in a transaction that it then
+// rolls back.
+func (s *Postgres) rolledBack(ctx context.Context, steps []func(gen.DBTX) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return mapErr(err)
@@ -138,21 +150,14 @@ func (s *Postgres) rolledBack(ctx context.Context, run func(gen.DBTX) error) err
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	if err := gen.New().UseReadCommitted(ctx, tx); err != nil {
-		return mapErr(err)
-	}
-	err = gen.New().UseGenericPlansAndLockTimeout(ctx, tx, gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
-	if err != nil {
-		return mapErr(err)
-	}
-	return mapErr(run(tx))
+	return s.sendOnce(ctx, tx, s.genericPlansStep(ctx), steps)
 }
 
 // processorCall is one call of a processor, as CheckPrivileges runs it:
-// its statements for no message.
+// its statements for no message, one step each.
 type processorCall struct {
-	name string
-	run  func(db gen.DBTX) error
+	name  string
+	steps []func(db gen.DBTX) error
 }
 
 // processorCalls returns the calls a processor makes, each sending its
@@ -163,33 +168,25 @@ func (s *Postgres) processorCalls(ctx context.Context) []processorCall {
 	owner := NewOwner("privilege-check")
 	none := fenceArgs{now: now, owner: owner, ids: []uuid.UUID{}, generations: []int64{}}
 	noFailures := failArgs{fenceArgs: none, retryDelays: []time.Duration{}, lastErrors: []string{}, attemptErrors: []string{}}
+	claim := claimArgs{now: now, owner: owner}
 	complete := "complete"
 	if s.queue == Outbox {
 		complete = "publish"
 	}
+	one := func(step func(gen.DBTX) error) []func(gen.DBTX) error { return []func(gen.DBTX) error{step} }
 	return []processorCall{
-		{"claim", func(db gen.DBTX) error {
-			if _, _, err := s.sql.claim(ctx, db, claimArgs{now: now, owner: owner}); err != nil {
-				return err
-			}
-			_, _, err := s.sql.claimTenant(ctx, db, claimArgs{now: now, owner: owner})
-			return err
+		{"claim", []func(gen.DBTX) error{
+			func(db gen.DBTX) error { _, _, err := s.sql.claim(ctx, db, claim); return err },
+			func(db gen.DBTX) error { _, _, err := s.sql.claimTenant(ctx, db, claim); return err },
 		}},
-		{"renew", func(db gen.DBTX) error { _, err := s.sql.renew(ctx, db, none, 0); return err }},
-		{"release", func(db gen.DBTX) error { _, err := s.sql.release(ctx, db, none); return err }},
-		{"release orphans", func(db gen.DBTX) error {
-			_, err := s.sql.releaseOrphans(ctx, db, now, owner, []uuid.UUID{})
-			return err
-		}},
-		{complete, func(db gen.DBTX) error { _, err := s.sql.complete(ctx, db, none); return err }},
-		{"fail", func(db gen.DBTX) error { _, err := s.sql.fail(ctx, db, noFailures); return err }},
-		{"dead letter", func(db gen.DBTX) error { _, err := s.sql.deadLetter(ctx, db, noFailures); return err }},
-		{"free ordering keys", func(db gen.DBTX) error {
-			if _, err := s.sql.keyLock(ctx, db, []uuid.UUID{}); err != nil {
-				return err
-			}
-			_, err := s.sql.keyAdvance(ctx, db, now, []uuid.UUID{})
-			return err
-		}},
+		{"renew", one(func(db gen.DBTX) error { _, err := s.sql.renew(ctx, db, none, 0); return err })},
+		{"release", one(func(db gen.DBTX) error { _, err := s.sql.release(ctx, db, none); return err })},
+		{"release orphans", one(func(db gen.DBTX) error { _, err := s.sql.releaseOrphans(ctx, db, now, owner, nil); return err })},
+		{complete, one(func(db gen.DBTX) error { _, err := s.sql.complete(ctx, db, none); return err })},
+		{"fail", one(func(db gen.DBTX) error { _, err := s.sql.fail(ctx, db, noFailures); return err })},
+		{"dead letter", one(func(db gen.DBTX) error { _, err := s.sql.deadLetter(ctx, db, noFailures); return err })},
+		// The statements a complete or dead letter of keyed leases adds,
+		// for an id no message has.
+		{"free ordering keys", s.keySteps(ctx, []uuid.UUID{uuid.New()})},
 	}
 }

@@ -479,10 +479,7 @@ func checkPrivileges(ctx context.Context, store *leasing.Postgres, behind bool, 
 	case errors.As(err, &pe):
 		refused := make([]string, len(pe.Refused))
 		for i, r := range pe.Refused {
-			refused[i] = r.Call
-			if errors.As(r.Err, &pgErr) {
-				refused[i] += " (" + pgErr.Message + ")"
-			}
+			refused[i] = r.String()
 		}
 		problem("this role may not run every statement a processor sends: %s; a processor connecting as it claims nothing and its Run returns an error wrapping a *leasing.PrivilegeError; run db/roles.sql and log in as a member of leasestore_processor that inherits its rights, or grant what db/roles.sql grants leasestore_processor (the server names one missing table per call); the depth, leases and claim plan were not checked",
 			strings.Join(refused, ", "))
