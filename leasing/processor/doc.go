@@ -46,20 +46,20 @@
 //     forward, and so does a completion or dead letter of a keyed message,
 //     which may promote the next message of its key (no work signal
 //     announces it): the processor claims again as soon as a slot is free.
-//     A promoted message not yet visible waits for the poll. One writer writes outcomes, batching whatever is ready (one
-//     call per kind of outcome); a write failing with a driver error is
-//     tried up to 5 times in all, with backoff (a repeated write that had
-//     committed reports already_applied), then given up: the lease is no
-//     longer renewed, so the row expires and is reclaimed. A write the
+//     A promoted message not yet visible waits for the poll. One writer
+//     writes outcomes, batching whatever is ready (one call per kind of
+//     outcome); a write failing with a driver error is tried up to 5
+//     times in all, with backoff (a repeated write that had committed
+//     reports already_applied), then given up: the lease is no longer
+//     renewed, so the row expires and is reclaimed. A write the
 //     database refuses for lack of a privilege (leasing.ErrPermissionDenied)
 //     is not tried again and stops the processor: Run returns that error
 //     once shut down, rather than claim messages whose outcomes it cannot
 //     write (before its first claim the processor checks the same, see
 //     [PrivilegeChecker]). A write the fence refuses counts
-//     persist_rejected. When 8 x Concurrency outcomes
-//     already wait for the writer, a worker queues its own and keeps its
-//     slot until the writer has taken it, so a store slow to write stops
-//     the claims.
+//     persist_rejected. When 8 x Concurrency outcomes already wait for the
+//     writer, a worker queues its own and keeps its slot until the writer
+//     has taken it, so a store slow to write stops the claims.
 //   - Handler timeout: a handler call that runs past HandlerTimeout (1
 //     minute unless set; NoHandlerTimeout for none) has its context
 //     cancelled with cause [ErrHandlerTimeout], and its attempt is written
