@@ -280,7 +280,18 @@ func TestIdleProcessorIsQuiet(t *testing.T) {
 	t.Cleanup(func() { stop(); wg.Wait() })
 
 	require.Eventually(t, func() bool { return l.BackendPID() != 0 }, e2eWait, time.Millisecond)
-	time.Sleep(500 * time.Millisecond) // the claims at start and after the listener's first wake
+	// The start-up: the privilege check, the claims at start and after the
+	// listener's first wake, and their short repolls (126 ms in all). It is
+	// over once the processor has sent something and then nothing for 300
+	// ms; its length depends on the machine's load.
+	connected := counter.n.Load()
+	last := connected
+	require.Eventually(t, func() bool {
+		n := counter.n.Load()
+		settled := n > connected && n == last
+		last = n
+		return settled
+	}, e2eWait, 300*time.Millisecond, "the processor's start-up settles")
 	window := 3 * time.Second
 	if v := os.Getenv("LEASESTORE_IDLE_WINDOW"); v != "" {
 		window, err = time.ParseDuration(v)
