@@ -531,14 +531,6 @@ func (m *Memory) DeadLetter(ctx context.Context, failures ...Failure) (WriteResu
 	}), nil
 }
 
-func leasesOf(failures []Failure) []Lease {
-	leases := make([]Lease, len(failures))
-	for i, f := range failures {
-		leases[i] = f.Lease
-	}
-	return leases
-}
-
 // Requeue implements Store.Requeue.
 func (m *Memory) Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error) {
 	if err := validateIDs(ids); err != nil {

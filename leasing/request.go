@@ -322,3 +322,12 @@ func SanitizeError(text string) string {
 	}
 	return string(b)
 }
+
+// leasesOf returns the lease of each failure, in order.
+func leasesOf(failures []Failure) []Lease {
+	leases := make([]Lease, len(failures))
+	for i, f := range failures {
+		leases[i] = f.Lease
+	}
+	return leases
+}
