@@ -1,11 +1,17 @@
 # Run `make` for the list of targets. Integration tests need PostgreSQL:
 # `make db-start` starts one (scripts/db-start.sh), or set TEST_DATABASE_URL.
 
-SQLC := go tool -modfile=tools/go.mod sqlc
+# The pinned tools (tools/go.mod). -modfile cannot be used in workspace
+# mode, and the tools' dependencies must not join the workspace's build
+# list, so they run with GOWORK=off.
+TOOL := GOWORK=off go tool -modfile=$(CURDIR)/tools/go.mod
+SQLC := $(TOOL) sqlc
 
 # The library's module and the modules beside it that hold what the library
 # must not depend on: the integration suites (OTel SDK), the CLI (Prometheus
 # exporter) and the examples. Each target that builds or tests runs in all.
+# go.work lists them for editors and for working across them; each go.mod
+# still builds alone.
 MODULES := . integration cmd/leasectl examples
 in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 
