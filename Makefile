@@ -6,6 +6,7 @@
 # list, so they run with GOWORK=off.
 TOOL := GOWORK=off go tool -modfile=$(CURDIR)/tools/go.mod
 SQLC := $(TOOL) sqlc
+STATICCHECK := $(TOOL) staticcheck
 
 # The library's module and the modules beside it that hold what the library
 # must not depend on: the integration suites (OTel SDK), the CLI (Prometheus
@@ -31,6 +32,7 @@ verify: db-start ## Fail when rendered files, gen/ or a go.mod are stale; sqlc v
 	bash scripts/sqlc-vet.sh
 	$(call in_modules,go vet ./...)
 	$(call in_modules,go mod tidy -diff)
+	cd tools && go mod tidy -diff
 
 test: db-start ## Unit, integration, CLI and example tests with the race detector.
 	$(call in_modules,go test -race -count=1 ./...)
@@ -50,8 +52,9 @@ stress: db-start ## Long reliability runs: 100k-message stress, faults, restart,
 bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
 	cd cmd/leasectl && go run . bench --rounds 5
 
-lint: ## go vet and gofmt.
+lint: ## go vet, staticcheck (pinned in tools/go.mod) and gofmt, in every module.
 	$(call in_modules,go vet ./...)
+	$(call in_modules,$(STATICCHECK) ./...)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l reports:"; echo "$$out"; exit 1; fi
 
 .PHONY: test-pg-newest
