@@ -20,5 +20,5 @@ fi
 psql "$admin" -qc "CREATE DATABASE $name" >/dev/null
 trap 'psql "$admin" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)" >/dev/null' EXIT
 (cd cmd/leasectl && go run . migrate up --database-url "$vet_url" >/dev/null)
-SQLC_VET_DATABASE_URL="$vet_url" go tool -modfile=tools/go.mod sqlc vet
+SQLC_VET_DATABASE_URL="$vet_url" GOWORK=off go tool -modfile=tools/go.mod sqlc vet
 echo "sqlc vet: every query prepares against the migrated schema"

@@ -75,3 +75,52 @@ func TestMigrateLegacyHistory(t *testing.T) {
 	require.NotContains(t, out, "moved")
 	require.Contains(t, out, "no pending migrations")
 }
+
+// TestMigrate runs migrate status, up, down and up again on an empty database.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewEmptyDatabase(t)
+	files, err := fs.Glob(db.Migrations(), "*.sql")
+	require.NoError(t, err)
+	n := len(files)
+	require.Positive(t, n)
+
+	// The latest version is the last file's number, which is n only when
+	// no number is missing (branches may add migrations out of order).
+	var latestVersion int
+	_, err = fmt.Sscanf(files[n-1], "%05d_", &latestVersion)
+	require.NoError(t, err)
+	out := requireOK(t, "migrate", "status", "--database-url", url)
+	require.Contains(t, out, fmt.Sprintf("schema version 0 (latest %d, %d pending)", latestVersion, n))
+	require.Equal(t, n, strings.Count(out, "pending  -"))
+
+	out = requireOK(t, "--database-url", url, "migrate", "up")
+	require.Equal(t, n, strings.Count(out, "OK    up"))
+	latest := strings.TrimSuffix(files[n-1], ".sql")
+	require.Contains(t, out, latest)
+
+	out = requireOK(t, "migrate", "--database-url", url, "status")
+	require.Contains(t, out, "0 pending")
+	require.Equal(t, n, strings.Count(out, "applied  "))
+
+	out = requireOK(t, "migrate", "up", "--database-url", url)
+	require.Contains(t, out, "no pending migrations")
+
+	out = requireOK(t, "migrate", "down", "--database-url", url)
+	require.Contains(t, out, "OK    down "+files[n-1])
+	out = requireOK(t, "migrate", "status", "--database-url", url)
+	require.Contains(t, out, "1 pending")
+
+	requireOK(t, "migrate", "up", "--database-url", url)
+	out = requireOK(t, "migrate", "status", "--database-url", url)
+	require.Contains(t, out, "0 pending")
+}
+
+// TestMissingSchemaHint checks that a command on an unmigrated database says how to fix it.
+func TestMissingSchemaHint(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewEmptyDatabase(t)
+	r := leasectl(t, "stats", "--database-url", url)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "leasectl migrate up")
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,4 +69,11 @@ func (p *progress) drain(label string, want int64, drained *atomic.Int64) (stop 
 		}
 	}()
 	return func() { close(quit); wg.Wait() }
+}
+
+// IsTerminal reports whether f is a terminal (a character device), where
+// a progress line rewritten with \r makes sense.
+func IsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

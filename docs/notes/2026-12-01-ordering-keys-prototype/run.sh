@@ -14,7 +14,7 @@
 # Needs pgbench, psql, python3 and go; DATABASE_URL names the server
 # (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable).
 #
-#   docs/2026-12-01-ordering-keys-prototype/run.sh U K0 K1 K2 K4 K5 K5 K4 K2 K1 K0 U
+#   docs/notes/2026-12-01-ordering-keys-prototype/run.sh U K0 K1 K2 K4 K5 K5 K4 K2 K1 K0 U
 set -euo pipefail
 N=${N:-200000}; KEYS=${KEYS:-1000}; CLIENTS=${CLIENTS:-4}; BATCH=${BATCH:-100}
 ADMIN=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
@@ -35,7 +35,7 @@ for v in "$@"; do
   case $v in U|K0|K1|K2|K4|K5) ;; *) echo "run.sh: unknown variant $v (U K0 K1 K2 K4 K5)" >&2; exit 2 ;; esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+repo=$(cd "$here/../../.." && pwd)
 work=$(mktemp -d)
 cp "$repo/internal/bench/pgbench/inbox_claim_complete.pgbench" "$work/U.pgbench"
 python3 "$here/scripts.py" "$repo" "$work"
