@@ -157,8 +157,11 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 	return released, nil
 }
 
-// CompleteAndClaim implements Store.CompleteAndClaim: Complete, then
-// Claim, after validating both inputs and checking ctx once.
+// CompleteAndClaim does Complete for done, then Claim for r, as
+// Postgres.CompleteAndClaim does in one round trip: both inputs are
+// validated and ctx checked before either half runs, and then both run.
+// done may be empty. Rows the claim parked come back as a *ParkedError
+// beside both results.
 func (m *Memory) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error) {
 	if len(done) > 0 {
 		if _, err := validateLeases(m.queue, done); err != nil {

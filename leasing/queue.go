@@ -151,7 +151,7 @@ type Lease struct {
 	// expiry, its last claim or creation plus the claim's lease duration).
 	// ExpiresAt - the claim's lease duration - DueAt is how long the
 	// message waited for a claim (the processor's queue lag). Set by
-	// Claim and CompleteAndClaim; writes ignore it.
+	// Claim and Postgres.CompleteAndClaim; writes ignore it.
 	DueAt time.Time
 	// Message is the row's content.
 	Message Message

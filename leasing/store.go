@@ -120,29 +120,6 @@ type Store interface {
 	// and a retry reports already_applied.
 	Complete(ctx context.Context, leases ...Lease) (WriteResult, error)
 
-	// CompleteAndClaim does Complete for done and then Claim for r as one
-	// call: a worker that claims, handles and completes batches in a loop
-	// pays one round trip and one commit per batch instead of two. done may
-	// be empty (the loop's first call); its owner need not be r.Owner. Both
-	// inputs are validated before anything runs. Returns the outcomes of
-	// done, in input order, and the new leases, as Claim orders them. Rows
-	// the claim parked come back as a *ParkedError beside both results, as
-	// for Claim.
-	//
-	// The two writes commit together or not at all: on an error the server
-	// returned neither took effect; on a client-side error (context ended or
-	// connection lost while the reply was read) both may have committed and
-	// the caller cannot tell. Retrying the completes is safe either way
-	// (they are fenced and report already_applied); leases claimed by a call
-	// that returned an error expire, or ReleaseOrphans returns them.
-	//
-	// Errors: an *ArgumentError for bad done leases (as for Renew) or a bad
-	// r (nothing sent); a *ParkedError beside both results, as for Claim;
-	// Postgres also returns a *SchemaError (errors.Is ErrSchema) while the
-	// schema is behind and ErrLockTimeout past PostgresOptions.LockTimeout.
-	// Otherwise the context's or the driver's error.
-	CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error)
-
 	// Fail writes failed: the message is due again RetryAfter from the
 	// store's now, with Error as its last error (sanitized, never refused:
 	// see Failure.Error). Leases that were lost, or messages terminal or
