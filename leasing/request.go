@@ -331,3 +331,21 @@ func leasesOf(failures []Failure) []Lease {
 	}
 	return leases
 }
+
+// PurgeRequest selects terminal rows to delete.
+type PurgeRequest struct {
+	// OlderThan is the minimum age of the finish time, > 0.
+	OlderThan time.Duration
+	// BatchSize is the most rows one call deletes, 1..MaxBatchSize.
+	BatchSize int
+	// IncludeDeadLettered also deletes dead-lettered rows by their
+	// dead-letter time; by default they are kept for requeue.
+	IncludeDeadLettered bool
+}
+
+func (r PurgeRequest) validate() error {
+	if err := ValidatePositive("older than", r.OlderThan); err != nil {
+		return err
+	}
+	return validateCount("purge batch", r.BatchSize)
+}

@@ -1,6 +1,7 @@
 package leasing
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,4 +35,144 @@ func renewResult(leases []Lease, expiry map[uuid.UUID]time.Time) RenewResult {
 		}
 	}
 	return res
+}
+
+// EnqueueResult reports an Enqueue call.
+type EnqueueResult struct {
+	// IDs holds every input message's id, in input order.
+	IDs []uuid.UUID
+	// Duplicates holds the ids skipped as already present (inbox only), in
+	// input order; empty when all were inserted.
+	Duplicates []uuid.UUID
+}
+
+// Outcome says what a guarded write did to one message.
+type Outcome string
+
+const (
+	// OutcomeApplied: the write changed the row.
+	OutcomeApplied Outcome = "applied"
+	// OutcomeAlreadyApplied: this same lease (owner and generation) had
+	// already written this same outcome (a retry after an unknown commit);
+	// nothing changed. The row's attempt history (Row.Attempts) decides it,
+	// so a retry says so even after later leases wrote, as long as the
+	// lease's entry is among the last AttemptHistoryLimit.
+	OutcomeAlreadyApplied Outcome = "already_applied"
+	// OutcomeTerminal: the row is completed, published or dead-lettered
+	// under another lease; nothing changed.
+	OutcomeTerminal Outcome = "terminal"
+	// OutcomeLost: the lease expired and was reclaimed, or was released; the
+	// row belongs to someone else and nothing changed.
+	OutcomeLost Outcome = "lost"
+	// OutcomeNotFound: no row has this message id.
+	OutcomeNotFound Outcome = "not_found"
+)
+
+// Succeeded reports whether the row now holds the state the write asked for
+// (applied, or already applied by this lease).
+func (o Outcome) Succeeded() bool { return o == OutcomeApplied || o == OutcomeAlreadyApplied }
+
+// MessageOutcome is one message's outcome in a WriteResult.
+type MessageOutcome struct {
+	// MessageID is the message written.
+	MessageID uuid.UUID
+	// Outcome is what the write did.
+	Outcome Outcome
+}
+
+// WriteResult reports a guarded batch write, one entry per input in order.
+type WriteResult struct {
+	// Outcomes holds one entry per input lease, in input order.
+	Outcomes []MessageOutcome
+}
+
+// Count returns how many messages ended with outcome o.
+func (r WriteResult) Count(o Outcome) int {
+	n := 0
+	for _, m := range r.Outcomes {
+		if m.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Err returns nil when every write succeeded (applied or already applied);
+// otherwise an error naming the first failed message that matches
+// ErrLeaseLost, ErrAlreadyTerminal or ErrNotFound with errors.Is.
+func (r WriteResult) Err() error {
+	for _, m := range r.Outcomes {
+		switch m.Outcome {
+		case OutcomeLost:
+			return fmt.Errorf("%w: message %s", ErrLeaseLost, m.MessageID)
+		case OutcomeTerminal:
+			return fmt.Errorf("%w: message %s", ErrAlreadyTerminal, m.MessageID)
+		case OutcomeNotFound:
+			return fmt.Errorf("%w: message %s", ErrNotFound, m.MessageID)
+		}
+	}
+	return nil
+}
+
+// RenewResult reports a Renew call.
+type RenewResult struct {
+	// Renewed holds the renewed leases with their new ExpiresAt, in input order.
+	Renewed []Lease
+	// Lost holds the ids of messages whose lease could not be renewed, in
+	// input order: expired, reclaimed, released or finished.
+	Lost []uuid.UUID
+}
+
+// Err returns nil when every lease was renewed, else an error matching
+// ErrLeaseLost that names the first lost message.
+func (r RenewResult) Err() error {
+	if len(r.Lost) > 0 {
+		return fmt.Errorf("%w: message %s", ErrLeaseLost, r.Lost[0])
+	}
+	return nil
+}
+
+// RequeueResult reports a Requeue or RequeueAll call.
+type RequeueResult struct {
+	// Requested is the number of ids asked for (for RequeueAll, the number of
+	// dead-lettered rows found, which is len(Requeued)).
+	Requested int
+	// Requeued holds the ids moved back to pending, ordered by id.
+	Requeued []uuid.UUID
+}
+
+// Stats is a queue's depth and lease health at one instant of the store clock.
+type Stats struct {
+	// Queue is the queue described.
+	Queue Queue
+	// Depth holds the number of rows per status, every status of the queue
+	// present (0 when none).
+	Depth map[Status]int64
+	// ExpiredLeases is the number of in-flight rows whose lease has expired
+	// and that no claim has taken over yet.
+	ExpiredLeases int64
+	// OldestDueAge is how long the oldest due row has existed (store now
+	// minus its CreatedAt); 0 when nothing is due.
+	OldestDueAge time.Duration
+	// WaitingHead is the ordering key whose head has held it longest while
+	// messages wait behind it (Depth[StatusWaiting] counts those), with
+	// how long; nil when no message waits.
+	WaitingHead *WaitingHead
+}
+
+// OldestHeadAge is the age of the oldest head that messages wait behind
+// (WaitingHead.Age), 0 when none waits.
+func (s Stats) OldestHeadAge() time.Duration {
+	if s.WaitingHead == nil {
+		return 0
+	}
+	return s.WaitingHead.Age
+}
+
+func emptyDepth(q Queue) map[Status]int64 {
+	depth := make(map[Status]int64, 6)
+	for _, s := range q.Statuses() {
+		depth[s] = 0
+	}
+	return depth
 }
