@@ -10,24 +10,20 @@ import (
 
 // MemoryOptions configures a Memory store.
 type MemoryOptions struct {
-	// Now is the store's clock, the stand-in for the database clock.
-	// Defaults to time.Now. Times are kept to the microsecond, like PostgreSQL.
+	// Now is the store's clock, kept to the microsecond. Defaults to
+	// time.Now.
 	Now func() time.Time
-	// TracerProvider, when not nil, traces enqueues as
-	// PostgresOptions.TracerProvider does: a "send <queue>" span per
-	// Enqueue, its trace context stored in the messages' headers. nil, the
-	// default, starts no span and adds no header.
+	// TracerProvider traces enqueues as PostgresOptions.TracerProvider
+	// does. Defaults to nil: no span, no header.
 	TracerProvider trace.TracerProvider
 }
 
-// Memory is an in-process Store with the same semantics as Postgres, for
-// unit tests and for callers that want the processor loops without a
-// database. It is safe for concurrent use; every method is atomic. A method
-// whose context is already done returns ctx.Err() and changes nothing.
-//
-// Unlike the PostgreSQL schema, Memory accepts legacy in-flight rows with
-// no lease expiry (see Load): a claim reclaims such a row once its last
-// attempt (or, without one, its creation) is older than the claim's LeaseFor.
+// Memory is an in-process Store with the semantics of Postgres, for tests
+// and for running the processor without a database. Every method is
+// atomic; one whose context is done returns ctx.Err() and changes nothing.
+// Unlike the schema, Memory accepts in-flight rows with no lease expiry
+// (Load): a claim reclaims one once its last attempt (or creation) is
+// older than the claim's LeaseFor.
 type Memory struct {
 	queue   Queue
 	now     func() time.Time
@@ -60,10 +56,8 @@ func (m *Memory) Queue() Queue { return m.queue }
 
 func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
 
-// Load stores rows as given, replacing rows with the same ID: for importing
-// state and for tests of edge cases the API cannot produce, such as legacy
-// in-flight rows without a lease expiry. Rows with an ordering key are
-// stored as given: Load keeps no key lines for them.
+// Load stores rows as given, replacing rows with the same ID, for states
+// the API cannot produce. It places no keyed row in its key's line.
 //
 // Errors: an *ArgumentError for a row with an unknown status or a nil ID.
 func (m *Memory) Load(rows ...Row) error {

@@ -9,9 +9,6 @@ import (
 )
 
 // Enqueue implements Store.Enqueue.
-//
-// Errors: as Postgres; ErrDuplicate on the outbox for an id already present
-// (nothing is inserted then).
 func (m *Memory) Enqueue(ctx context.Context, msgs ...NewMessage) (res EnqueueResult, err error) {
 	msgs, err = validateMessages(m.queue, msgs)
 	if err == nil {

@@ -40,13 +40,10 @@ func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Le
 	return renewResult(leases, expiry), nil
 }
 
-// write applies set to every row still held by its lease, appends the
-// attempt's entry (outcome, with errText(i) as its error when errText is
-// not nil) to its history, and classifies the rest like the SQL statements
-// do: already applied when this very lease already wrote this outcome (its
-// entry in the history, or done, the check on the columns that rows
-// written before the history carry), then terminal, lost, or not found.
-// column, when not empty, is recorded in OutcomeGeneration and Outcome.
+// write applies set to every row its lease still holds, with the
+// attempt's history entry, and classifies the rest as the SQL does:
+// already applied (history entry, or done for older rows), terminal, lost,
+// not found. column, if set, goes to OutcomeGeneration and Outcome.
 func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, errText func(int) string,
 	done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
 	m.mu.Lock()
@@ -83,8 +80,7 @@ func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, er
 	return res
 }
 
-// attemptOf returns the history entry of r's current lease ending with
-// outcome at now: the lease as it is before the write changes the row.
+// attemptOf returns the history entry of r's current lease ending now.
 func (m *Memory) attemptOf(r *Row, outcome AttemptOutcome, now time.Time) Attempt {
 	return Attempt{
 		Attempt: r.AttemptCount, Generation: r.LeaseGeneration, Owner: r.LeaseOwner,

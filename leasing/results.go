@@ -39,10 +39,9 @@ func renewResult(leases []Lease, expiry map[uuid.UUID]time.Time) RenewResult {
 
 // EnqueueResult reports an Enqueue call.
 type EnqueueResult struct {
-	// IDs holds every input message's id, in input order.
+	// IDs holds every input message's id.
 	IDs []uuid.UUID
-	// Duplicates holds the ids skipped as already present (inbox only), in
-	// input order; empty when all were inserted.
+	// Duplicates holds the ids skipped as already present (inbox only).
 	Duplicates []uuid.UUID
 }
 
@@ -52,35 +51,29 @@ type Outcome string
 const (
 	// OutcomeApplied: the write changed the row.
 	OutcomeApplied Outcome = "applied"
-	// OutcomeAlreadyApplied: this same lease (owner and generation) had
-	// already written this same outcome (a retry after an unknown commit);
-	// nothing changed. The row's attempt history (Row.Attempts) decides it,
-	// so a retry says so even after later leases wrote, as long as the
-	// lease's entry is among the last AttemptHistoryLimit.
+	// OutcomeAlreadyApplied: this lease had already written this outcome
+	// (a retry after an unknown commit); nothing changed. The attempt
+	// history decides it, for the last AttemptHistoryLimit entries.
 	OutcomeAlreadyApplied Outcome = "already_applied"
 	// OutcomeTerminal: the row is completed, published or dead-lettered
 	// under another lease; nothing changed.
 	OutcomeTerminal Outcome = "terminal"
-	// OutcomeLost: the lease expired and was reclaimed, or was released; the
-	// row belongs to someone else and nothing changed.
+	// OutcomeLost: the lease was reclaimed or released; nothing changed.
 	OutcomeLost Outcome = "lost"
 	// OutcomeNotFound: no row has this message id.
 	OutcomeNotFound Outcome = "not_found"
 )
 
-// Succeeded reports whether the row now holds the state the write asked for
-// (applied, or already applied by this lease).
+// Succeeded reports whether the row holds the state the write asked for.
 func (o Outcome) Succeeded() bool { return o == OutcomeApplied || o == OutcomeAlreadyApplied }
 
 // MessageOutcome is one message's outcome in a WriteResult.
 type MessageOutcome struct {
-	// MessageID is the message written.
 	MessageID uuid.UUID
-	// Outcome is what the write did.
-	Outcome Outcome
+	Outcome   Outcome
 }
 
-// WriteResult reports a guarded batch write, one entry per input in order.
+// WriteResult reports a guarded batch write.
 type WriteResult struct {
 	// Outcomes holds one entry per input lease, in input order.
 	Outcomes []MessageOutcome
@@ -97,9 +90,9 @@ func (r WriteResult) Count(o Outcome) int {
 	return n
 }
 
-// Err returns nil when every write succeeded (applied or already applied);
-// otherwise an error naming the first failed message that matches
-// ErrLeaseLost, ErrAlreadyTerminal or ErrNotFound with errors.Is.
+// Err returns nil when every write succeeded, else an error naming the
+// first failed message that matches ErrLeaseLost, ErrAlreadyTerminal or
+// ErrNotFound.
 func (r WriteResult) Err() error {
 	for _, m := range r.Outcomes {
 		switch m.Outcome {
@@ -116,15 +109,15 @@ func (r WriteResult) Err() error {
 
 // RenewResult reports a Renew call.
 type RenewResult struct {
-	// Renewed holds the renewed leases with their new ExpiresAt, in input order.
+	// Renewed holds the renewed leases with their new ExpiresAt.
 	Renewed []Lease
-	// Lost holds the ids of messages whose lease could not be renewed, in
-	// input order: expired, reclaimed, released or finished.
+	// Lost holds the ids whose lease was expired, reclaimed, released or
+	// finished.
 	Lost []uuid.UUID
 }
 
-// Err returns nil when every lease was renewed, else an error matching
-// ErrLeaseLost that names the first lost message.
+// Err returns nil when every lease was renewed, else ErrLeaseLost naming
+// the first lost message.
 func (r RenewResult) Err() error {
 	if len(r.Lost) > 0 {
 		return fmt.Errorf("%w: message %s", ErrLeaseLost, r.Lost[0])
@@ -134,8 +127,7 @@ func (r RenewResult) Err() error {
 
 // RequeueResult reports a Requeue or RequeueAll call.
 type RequeueResult struct {
-	// Requested is the number of ids asked for (for RequeueAll, the number of
-	// dead-lettered rows found, which is len(Requeued)).
+	// Requested is the number of ids asked for (RequeueAll: len(Requeued)).
 	Requested int
 	// Requeued holds the ids moved back to pending, ordered by id.
 	Requeued []uuid.UUID
@@ -143,25 +135,21 @@ type RequeueResult struct {
 
 // Stats is a queue's depth and lease health at one instant of the store clock.
 type Stats struct {
-	// Queue is the queue described.
 	Queue Queue
 	// Depth holds the number of rows per status, every status of the queue
-	// present (0 when none).
+	// present.
 	Depth map[Status]int64
-	// ExpiredLeases is the number of in-flight rows whose lease has expired
-	// and that no claim has taken over yet.
+	// ExpiredLeases counts in-flight rows whose lease has expired.
 	ExpiredLeases int64
 	// OldestDueAge is how long the oldest due row has existed (store now
 	// minus its CreatedAt); 0 when nothing is due.
 	OldestDueAge time.Duration
-	// WaitingHead is the ordering key whose head has held it longest while
-	// messages wait behind it (Depth[StatusWaiting] counts those), with
-	// how long; nil when no message waits.
+	// WaitingHead is the key whose head has held it longest while
+	// messages wait behind it; nil when none waits.
 	WaitingHead *WaitingHead
 }
 
-// OldestHeadAge is the age of the oldest head that messages wait behind
-// (WaitingHead.Age), 0 when none waits.
+// OldestHeadAge is WaitingHead.Age, 0 when none waits.
 func (s Stats) OldestHeadAge() time.Duration {
 	if s.WaitingHead == nil {
 		return 0

@@ -7,11 +7,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// Store is the lease store that Postgres and Memory implement and the
-// contract suite in leasingtest checks. A Store serves one Queue and is
-// safe for concurrent use. Visibility, expiry and renewal follow the store's
-// clock (the database's for Postgres), never the caller's; times are kept
-// to the microsecond. Results come back in input order.
+// Store is the lease store that Postgres and Memory implement and
+// leasingtest checks. A Store serves one Queue and is safe for concurrent
+// use. Times follow the store's clock (the database's for Postgres), never
+// the caller's, to the microsecond. Results come back in input order.
 //
 // Lease arguments: 1..MaxBatchSize leases of this queue, one owner (a valid
 // owner: see ClaimRequest.Owner), no message twice, generations from Claim.
@@ -28,11 +27,9 @@ import (
 //     past PostgresOptions.LockTimeout, and an error matching
 //     ErrPermissionDenied for a statement the database refuses the role.
 //
-// A call whose reply was lost (the context ended or the connection broke
-// while it was read) may have committed: a retried fenced write then
-// reports OutcomeAlreadyApplied, and the leases of a lost claim expire
-// unless ReleaseOrphans returns them. A method documents only the errors
-// that are its own.
+// A call whose reply was lost may have committed: a retried write then
+// reports OutcomeAlreadyApplied, and a lost claim's leases expire unless
+// ReleaseOrphans returns them. A method documents only its own errors.
 type Store interface {
 	// Queue returns the queue this store serves; it sends nothing.
 	Queue() Queue
@@ -55,12 +52,8 @@ type Store interface {
 	// attempt. Returns 0..BatchSize leases ordered by (CreatedAt, ID), never
 	// nil.
 	//
-	// A due row that cannot be leased (see ParkedError) is parked instead:
-	// dead-lettered by the claim, counted against BatchSize. One bad row
-	// never fails the claim of the others.
-	//
-	// Errors: a *ParkedError (errors.Is ErrParked) beside the leases when
-	// the claim parked rows; the leases are valid, work them as usual.
+	// Errors: a *ParkedError beside the leases when the claim parked rows
+	// it could not lease; the leases are valid.
 	Claim(ctx context.Context, r ClaimRequest) ([]Lease, error)
 
 	// Renew extends each lease to the store's now + leaseFor
@@ -73,13 +66,11 @@ type Store interface {
 	// counted is returned. The generation stays, so the lease is fenced.
 	Release(ctx context.Context, leases ...Lease) (WriteResult, error)
 
-	// ReleaseOrphans releases, as Release does, every in-flight row leased
-	// to owner whose lease has not expired and whose id is not in held: the
-	// leases of claims whose reply never reached owner. An expired lease is
-	// left to be reclaimed with its attempt counted, since owner may have
-	// worked it and forgotten it. Only the process that owns the owner name
-	// may call it, and never while one of its claims runs. Returns the
-	// released ids ordered by id.
+	// ReleaseOrphans releases, as Release does, every unexpired lease of
+	// owner not in held: those of claims whose reply never reached owner.
+	// An expired lease is left to be reclaimed with its attempt counted
+	// (owner may have worked it). Only owner's process may call it, never
+	// while one of its claims runs. Returns the ids ordered by id.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
 
 	// Complete writes the queue's success state (completed or published).
@@ -95,11 +86,9 @@ type Store interface {
 	DeadLetter(ctx context.Context, failures ...Failure) (WriteResult, error)
 
 	// Requeue moves the given dead-lettered messages back to pending, due
-	// at once, with the attempt count 0 and lease owner and last error
-	// cleared; the history (Row.Attempts) is kept, with a requeued entry.
-	// It takes 1..MaxBatchSize distinct, non-nil ids (use RequeueAll for
-	// all). An id not dead-lettered or not in the queue is left alone and
-	// missing from RequeueResult.Requeued.
+	// at once, attempt count 0, lease owner and last error cleared, history
+	// kept. It takes 1..MaxBatchSize distinct, non-nil ids. Other ids are
+	// left alone and missing from RequeueResult.Requeued.
 	Requeue(ctx context.Context, ids ...uuid.UUID) (RequeueResult, error)
 
 	// RequeueAll does Requeue for every message dead-lettered when the call
@@ -112,9 +101,8 @@ type Store interface {
 	RequeueAll(ctx context.Context) (RequeueResult, error)
 
 	// Purge deletes up to r.BatchSize terminal messages finished more than
-	// r.OlderThan ago (by completion, publication or dead-letter time) and
-	// returns how many it deleted. Active rows are never touched. Call it
-	// until it returns fewer than r.BatchSize.
+	// r.OlderThan ago and returns how many. Call it until it returns fewer
+	// than r.BatchSize.
 	//
 	// Errors: with r.IncludeDeadLettered, Postgres deletes the dead letters
 	// that hold their ordering keys in a second transaction; when that one
