@@ -7,26 +7,13 @@ import (
 	"unicode/utf8"
 )
 
-// AttemptHistoryLimit is how many entries a row's attempt history keeps:
-// the latest 20; each append beyond that drops the oldest. db/render reads
-// this constant into the SQL (db/queries/queue.sql.tmpl), so that both
-// stores keep the same bound.
-//
-// What the bound costs: an entry takes about 220 bytes of jsonb (two
-// timestamps, the owner, the keys), plus its error text (at most
-// MaxAttemptErrorBytes), in the row version each outcome write makes
-// anyway: no extra statement, index entry or table. A message that
-// succeeds at its first attempt carries one entry. A full history of
-// 50-byte errors is about 5.6 KiB before compression (PostgreSQL
-// compresses and, past about 2 KiB, moves it out of the row: a full
-// history of repeated errors stores in under 1 KiB); the worst case, 20
-// distinct errors of 1 KiB, is about 25 KiB per row, which every write of
-// that row then copies.
+// AttemptHistoryLimit is how many entries a row's attempt history keeps;
+// each append beyond it drops the oldest. The SQL keeps the same bound.
+// Its cost per row: docs/2026-12-01-attempt-history.md.
 const AttemptHistoryLimit = 20
 
 // MaxAttemptErrorBytes is the longest error text one history entry keeps,
-// in bytes of UTF-8; longer texts are cut on a rune boundary. The full
-// text of the latest failure stays in Row.LastError (MaxErrorBytes).
+// cut on a rune boundary; Row.LastError keeps up to MaxErrorBytes.
 const MaxAttemptErrorBytes = 1 << 10
 
 // AttemptOutcome is how one attempt in a row's history ended.
@@ -40,50 +27,40 @@ const (
 	AttemptPublished AttemptOutcome = "published"
 	// AttemptFailed: Fail wrote failed; the message is retried.
 	AttemptFailed AttemptOutcome = "failed"
-	// AttemptReleased: Release or ReleaseOrphans gave the lease back; the
-	// attempt was not counted.
+	// AttemptReleased: Release or ReleaseOrphans gave the lease back
+	// (not counted).
 	AttemptReleased AttemptOutcome = "released"
-	// AttemptDeadLettered: DeadLetter wrote dead_lettered, or an operator
-	// did (Operator is then true).
+	// AttemptDeadLettered: DeadLetter or an operator wrote dead_lettered.
 	AttemptDeadLettered AttemptOutcome = "dead_lettered"
-	// AttemptExpired: the lease expired and a claim took the message over;
-	// written by that claim.
+	// AttemptExpired: the lease expired; the claim that took over wrote it.
 	AttemptExpired AttemptOutcome = "expired"
-	// AttemptRequeued: not an attempt but a marker: an operator requeued
-	// the dead-lettered message, and attempt numbers start again at 1.
+	// AttemptRequeued: an operator requeued the dead letter; attempt
+	// numbers start again at 1.
 	AttemptRequeued AttemptOutcome = "requeued"
 )
 
 // Attempt is one entry of a row's attempt history (Row.Attempts): one
-// finished lease, or an operator's action on the message. Times are the
-// database clock (the store's clock for Memory), in UTC, to the microsecond.
+// finished lease, or an operator's action. Times are the store's clock, UTC.
 type Attempt struct {
-	// Attempt is the attempt number the claim gave the lease (Lease.Attempt):
-	// 1 on the first delivery. For an operator's entry, the attempts counted
-	// so far.
+	// Attempt is Lease.Attempt; for an operator's entry, the attempts so far.
 	Attempt int `json:"attempt"`
-	// Generation is the lease's generation (Lease.Generation); 0 for an
-	// operator's entry on a message no lease held.
+	// Generation is Lease.Generation; 0 when no lease held the message.
 	Generation int64 `json:"generation"`
 	// Owner is the lease's owner; empty when no lease held the message.
 	Owner string `json:"owner,omitempty"`
-	// ClaimedAt is when the claim took the lease; nil when no lease held
-	// the message.
+	// ClaimedAt is when the claim took the lease; nil when none held it.
 	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
-	// FinishedAt is when the entry was written; for an expired attempt,
-	// when its lease expired.
+	// FinishedAt is when the entry was written (expired: the lease's end).
 	FinishedAt time.Time `json:"finished_at"`
 	// Outcome is how the attempt ended.
 	Outcome AttemptOutcome `json:"outcome"`
-	// Error is the failure's error text, cut to MaxAttemptErrorBytes, or the
-	// operator's reason; empty for other outcomes.
+	// Error is the failure's text (MaxAttemptErrorBytes) or the operator's
+	// reason.
 	Error string `json:"error,omitempty"`
-	// Operator is true when an operator wrote the entry (DeadLetterByID,
-	// Requeue), not the lease's holder. Retried writes of a lease never
-	// count an operator's entry as theirs.
+	// Operator: DeadLetterByID or Requeue wrote it, not the lease's holder;
+	// a retried write never counts it as its own.
 	Operator bool `json:"operator,omitempty"`
-	// Forced is true when the operator dead-lettered the message while a
-	// live lease held it (DeadLetterByIDRequest.Force); that lease is fenced.
+	// Forced: dead-lettered under a live lease (DeadLetterByIDRequest.Force).
 	Forced bool `json:"forced,omitempty"`
 }
 
@@ -119,8 +96,7 @@ func attemptError(text string) string {
 	return s[:cut]
 }
 
-// decodeAttempts reads a stored attempts column: a JSON array of entries.
-// Times come back in UTC.
+// decodeAttempts reads a stored attempts column, times in UTC.
 func decodeAttempts(raw []byte) ([]Attempt, error) {
 	out := []Attempt{}
 	if len(raw) == 0 {
@@ -136,8 +112,8 @@ func decodeAttempts(raw []byte) ([]Attempt, error) {
 	return out, nil
 }
 
-// appendAttempt returns history with a appended, keeping the last
-// AttemptHistoryLimit entries, in a new slice.
+// appendAttempt returns a new slice: the last AttemptHistoryLimit of
+// history and a.
 func appendAttempt(history []Attempt, a Attempt) []Attempt {
 	keep := min(len(history), AttemptHistoryLimit-1)
 	out := make([]Attempt, 0, keep+1)
@@ -145,8 +121,8 @@ func appendAttempt(history []Attempt, a Attempt) []Attempt {
 	return append(out, a)
 }
 
-// wrote reports whether history holds an entry in which the lease of owner
-// and generation itself (not an operator) recorded outcome.
+// wrote reports whether the lease (owner, generation) itself recorded
+// outcome in history.
 func wrote(history []Attempt, owner string, generation int64, outcome AttemptOutcome) bool {
 	for _, a := range history {
 		if a.Generation == generation && a.Owner == owner && a.Outcome == outcome && !a.Operator {

@@ -14,16 +14,11 @@ import (
 type DeadLetterByIDRequest struct {
 	// ID is the message to dead-letter.
 	ID uuid.UUID
-	// Reason is why, for whoever triages the dead letters: stored as the
-	// row's last error (cut to MaxErrorBytes like Failure.Error) and in the
-	// history entry (cut to MaxAttemptErrorBytes). UTF-8 without NUL, not
-	// blank: unlike Failure.Error, which is sanitized, a bad reason is
-	// refused.
+	// Reason is stored as the last error and in the history entry: UTF-8
+	// without NUL, not blank (refused, not sanitized, when bad).
 	Reason string
-	// Force dead-letters the message even while a live (unexpired) lease
-	// holds it. That lease is fenced: its holder's later writes report
-	// terminal and its renewals lost, so it stops. Without Force such a
-	// message is refused with a *LeaseHeldError.
+	// Force dead-letters the message under a live lease, which is then
+	// fenced (its writes report terminal); without it, a *LeaseHeldError.
 	Force bool
 }
 
@@ -40,19 +35,18 @@ func (r DeadLetterByIDRequest) validate() error {
 	return nil
 }
 
-// ErrLeaseHeld is matched (errors.Is) by every *LeaseHeldError: an operator
-// action was refused because a live lease holds the message.
+// ErrLeaseHeld is matched by every *LeaseHeldError.
 var ErrLeaseHeld = errors.New("leasing: message held by a live lease")
 
 // LeaseHeldError is DeadLetterByID's refusal of a message that a live lease
-// holds; nothing changed. errors.Is(err, ErrLeaseHeld) holds.
+// holds; nothing changed.
 type LeaseHeldError struct {
 	// Queue and ID name the message.
 	Queue Queue
 	ID    uuid.UUID
 	// Owner is the lease's owner.
 	Owner string
-	// ExpiresAt is when the lease ends unless renewed: database clock, UTC.
+	// ExpiresAt is when the lease ends unless renewed.
 	ExpiresAt time.Time
 }
 
@@ -65,8 +59,8 @@ func (e *LeaseHeldError) Error() string {
 // Is reports whether target is ErrLeaseHeld.
 func (e *LeaseHeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
-// operatorRefusal is the error of an operator action refused with outcome
-// not_found or terminal (status is the message's).
+// operatorRefusal is the error of an operator action refused as
+// not_found or terminal.
 func operatorRefusal(q Queue, id uuid.UUID, outcome string, status Status) error {
 	switch outcome {
 	case "not_found":

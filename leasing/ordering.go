@@ -23,8 +23,8 @@ func validateOrderingKey(i int, key string) error {
 	return nil
 }
 
-// initialStatus is the status a message is inserted with: waiting for a
-// keyed message until EnqueueOrder places it, else pending.
+// initialStatus is waiting for a keyed message (until placed in its
+// key's line), else pending.
 func initialStatus(m NewMessage) Status {
 	if m.OrderingKey != "" {
 		return StatusWaiting
@@ -48,31 +48,27 @@ func keyedIDs(leases []Lease) []uuid.UUID {
 	return ids
 }
 
-// WaitingHead is the head of an ordering key with messages waiting behind
-// it, as Stats reports the one that has held its key longest.
+// WaitingHead is the ordering key's head that has held its key longest
+// while messages wait behind it (Stats.WaitingHead).
 type WaitingHead struct {
 	// TenantID is the key's tenant; empty for none.
 	TenantID string
 	// OrderingKey is the key.
 	OrderingKey string
-	// MessageID is the head, the message that holds the key.
+	// MessageID is the head.
 	MessageID uuid.UUID
-	// Age is how long it has been the key's head (database clock).
+	// Age is how long it has been the key's head.
 	Age time.Duration
 }
 
-// ErrOrderingKeyConflict is matched (errors.Is) by every
-// *OrderingKeyConflictError.
+// ErrOrderingKeyConflict is matched by every *OrderingKeyConflictError.
 var ErrOrderingKeyConflict = errors.New("leasing: duplicate message with another ordering key")
 
 // OrderingKeyConflictError is an inbox Enqueue's refusal of a keyed
-// duplicate (by message id, or by tenant and idempotency key) whose stored
-// message has another ordering key, or none: no message of the call was
-// inserted. (A duplicate without an ordering key is skipped as a
-// duplicate, as ever, whatever the stored message's key.) Postgres checks
-// against committed messages: a duplicate that another transaction has
-// not committed yet is skipped. errors.Is(err, ErrOrderingKeyConflict)
-// holds.
+// duplicate (by id, or by tenant and idempotency key) whose stored message
+// has another ordering key or none; nothing was inserted. An unkeyed
+// duplicate is skipped, whatever the stored key. Postgres checks committed
+// messages only: an uncommitted duplicate is skipped.
 type OrderingKeyConflictError struct {
 	// ID is the id of the refused input message.
 	ID uuid.UUID

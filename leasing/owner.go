@@ -9,9 +9,8 @@ import (
 // MaxOwnerBytes less the 13 bytes of its suffix.
 const MaxOwnerLabelBytes = MaxOwnerBytes - 13
 
-// ValidateOwnerLabel returns nil when NewOwner makes a valid lease owner of
-// label without cutting it: 1..MaxOwnerLabelBytes bytes of UTF-8 without
-// NUL.
+// ValidateOwnerLabel returns nil when NewOwner keeps label whole:
+// 1..MaxOwnerLabelBytes bytes of UTF-8 without NUL.
 //
 // Errors: an *ArgumentError for field "owner".
 func ValidateOwnerLabel(label string) error {

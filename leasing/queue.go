@@ -11,16 +11,15 @@ import (
 // Queue names one of the two message tables a [Store] serves.
 type Queue string
 
+// The queues: messages received, to be handled, and messages to publish.
 const (
-	// Inbox is the inbox_messages table: messages received, to be handled.
-	Inbox Queue = "inbox"
-	// Outbox is the outbox_messages table: messages to publish to a broker.
+	Inbox  Queue = "inbox"
 	Outbox Queue = "outbox"
 )
 
-// ParseQueue returns the Queue named s ("inbox" or "outbox").
+// ParseQueue returns the Queue named s.
 //
-// Errors: an *ArgumentError (errors.Is ErrInvalidArgument) for any other s.
+// Errors: an *ArgumentError for any other s.
 func ParseQueue(s string) (Queue, error) {
 	switch q := Queue(s); q {
 	case Inbox, Outbox:
@@ -29,8 +28,8 @@ func ParseQueue(s string) (Queue, error) {
 	return "", argumentError("queue", "must be inbox or outbox, got %q", s)
 }
 
-// Status is a row's state: waiting, pending, failed and dead_lettered on both queues,
-// processing/completed on the inbox and publishing/published on the outbox.
+// Status is a row's state: processing and completed on the inbox only,
+// publishing and published on the outbox only, the others on both.
 type Status string
 
 // The status values, spelled as stored.
@@ -42,28 +41,23 @@ const (
 	StatusPublished    Status = "published"
 	StatusFailed       Status = "failed"
 	StatusDeadLettered Status = "dead_lettered"
-	// StatusWaiting is a keyed message behind its key's head (see
-	// NewMessage.OrderingKey): not claimable until every earlier message of
-	// its key has finished, when it is promoted to pending.
+	// StatusWaiting is a keyed message behind its key's head, promoted to
+	// pending when every earlier message of its key has finished.
 	StatusWaiting Status = "waiting"
 )
 
-// Table returns the table that holds queue q's rows: "inbox_messages" or
-// "outbox_messages".
+// Table returns the table of queue q's rows, e.g. "inbox_messages".
 func (q Queue) Table() string { return string(q) + "_messages" }
 
-// KeyTable returns the table of queue q's ordering keys (migration 00010,
-// one row per key in use): "inbox_ordering_keys" or
-// "outbox_ordering_keys".
+// KeyTable returns the table of queue q's ordering keys in use, e.g.
+// "inbox_ordering_keys".
 func (q Queue) KeyTable() string { return string(q) + "_ordering_keys" }
 
-// Channel returns the NOTIFY channel of queue q: its table name,
-// "inbox_messages" or "outbox_messages". The trigger of migration 00003
-// notifies it, without payload, once per statement that inserts rows.
+// Channel returns the NOTIFY channel of queue q, its table name, notified
+// once per statement that inserts rows.
 func (q Queue) Channel() string { return q.Table() }
 
-// InFlight returns the status of a leased row: processing for the inbox,
-// publishing for the outbox.
+// InFlight returns the status of a leased row.
 func (q Queue) InFlight() Status {
 	if q == Outbox {
 		return StatusPublishing
@@ -71,8 +65,7 @@ func (q Queue) InFlight() Status {
 	return StatusProcessing
 }
 
-// Succeeded returns the status a successful outcome writes: completed for
-// the inbox, published for the outbox.
+// Succeeded returns the status Complete writes.
 func (q Queue) Succeeded() Status {
 	if q == Outbox {
 		return StatusPublished
@@ -80,8 +73,7 @@ func (q Queue) Succeeded() Status {
 	return StatusCompleted
 }
 
-// Statuses returns the queue's six statuses in lifecycle order: waiting,
-// pending, in flight, succeeded, failed, dead_lettered.
+// Statuses returns the queue's six statuses in lifecycle order.
 func (q Queue) Statuses() []Status {
 	return []Status{StatusWaiting, StatusPending, q.InFlight(), q.Succeeded(), StatusFailed, StatusDeadLettered}
 }
@@ -103,55 +95,41 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusPublished || s == StatusDeadLettered
 }
 
-// Message is the content of a queued row.
+// Message is the content of a queued row, as NewMessage describes it.
+// Times are the store's clock.
 type Message struct {
-	// ID is the row's message_id.
-	ID uuid.UUID
-	// Type is the application's message type name; may be empty.
-	Type string
-	// Payload is the message body, at most MaxPayloadBytes.
-	Payload []byte
-	// Headers is a JSON object; "{}" when none were given.
-	Headers json.RawMessage
-	// TenantID is empty when the message belongs to no tenant.
+	ID       uuid.UUID
+	Type     string
+	Payload  []byte
+	Headers  json.RawMessage // a JSON object; "{}" when none were given
 	TenantID string
-	// IdempotencyKey is the inbox deduplication key; always empty on the outbox.
+	// IdempotencyKey is inbox only, Topic outbox only.
 	IdempotencyKey string
-	// Topic is the outbox destination; always empty on the inbox.
-	Topic string
-	// OrderingKey is the message's ordering key (NewMessage.OrderingKey);
-	// empty for an unordered message.
-	OrderingKey string
-	// CreatedAt is the store clock at insert; claims are FIFO by (CreatedAt, ID).
+	Topic          string
+	OrderingKey    string
+	// CreatedAt is the insert time; claims are FIFO by (CreatedAt, ID).
 	CreatedAt time.Time
-	// VisibleAfter is the store time from which the row may be claimed.
+	// VisibleAfter is when the row may first be claimed.
 	VisibleAfter time.Time
 }
 
 // Lease is one owner's time-bounded right to work a claimed message. Pass it
-// back unchanged to Renew, Release, Complete, Fail and DeadLetter: the
-// (MessageID, Owner, Generation) triple is the fence those writes check.
+// back unchanged to the writes: (Message.ID, Owner, Generation) is the
+// fence they check. Times are the store's clock.
 type Lease struct {
-	// Queue is the queue the message was claimed from.
 	Queue Queue
-	// Owner is the lease owner that claimed it.
 	Owner string
 	// Generation is the row's lease_generation after this claim.
 	Generation int64
-	// ExpiresAt is the store time the lease ends unless renewed.
+	// ExpiresAt is when the lease ends unless renewed.
 	ExpiresAt time.Time
 	// Attempt counts this claim: 1 on the first delivery.
 	Attempt int
-	// LastError is the error text the previous attempt recorded, if any.
+	// LastError is the previous attempt's error text, if any.
 	LastError string
-	// DueAt is the store time from which the claim that took this lease
-	// could have taken the row: the later of Message.CreatedAt and
-	// Message.VisibleAfter for a pending or failed row, the expired lease's
-	// end for a reclaimed one (for a legacy in-flight row without an
-	// expiry, its last claim or creation plus the claim's lease duration).
-	// ExpiresAt - the claim's lease duration - DueAt is how long the
-	// message waited for a claim (the processor's queue lag). Set by
-	// Claim and CompleteAndClaim; writes ignore it.
+	// DueAt is when the row became claimable: the later of CreatedAt and
+	// VisibleAfter, or the expired lease's end for a reclaim. The claim's
+	// time minus DueAt is the queue lag. Set by claims; writes ignore it.
 	DueAt time.Time
 	// Message is the row's content.
 	Message Message
@@ -162,37 +140,31 @@ type Row struct {
 	Message
 	// Status is the row's current state.
 	Status Status
-	// LeaseOwner is the current lease's owner while in flight, the last
-	// writer's owner after a failed or terminal outcome, else empty.
+	// LeaseOwner is the current lease's owner in flight, else the last
+	// writer's after a failed or terminal outcome.
 	LeaseOwner string
 	// LeaseExpiresAt is set if and only if the row is in flight.
 	LeaseExpiresAt *time.Time
 	// LeaseGeneration is the fencing token: +1 per claim, never reset.
 	LeaseGeneration int64
-	// OutcomeGeneration is the generation whose holder wrote the latest
-	// release, fail or dead-letter (0 if none), and Outcome what it wrote:
-	// "released", "failed" or "dead_lettered". Retried writes are decided
-	// from Attempts; these two are still written and read for rows and code
-	// of versions before the attempt history (rolling deploys).
+	// OutcomeGeneration is the generation that wrote the latest release,
+	// fail or dead-letter (0 if none), and Outcome what it wrote. Attempts
+	// decides retried writes; these two serve rows of older versions.
 	OutcomeGeneration int64
 	Outcome           string
-	// AttemptCount is the number of attempts so far (claims not released).
-	AttemptCount int
-	// LastAttemptedAt is the store time of the latest claim.
+	// AttemptCount is the number of claims not released.
+	AttemptCount    int
 	LastAttemptedAt *time.Time
-	// LastError is the error recorded by the latest Fail or DeadLetter.
+	// LastError is the error of the latest Fail or DeadLetter.
 	LastError string
 	// FinishedAt is completed_at (inbox) or published_at (outbox).
 	FinishedAt *time.Time
 	// DeadLetteredAt is set while the row is dead_lettered.
 	DeadLetteredAt *time.Time
-	// KeySeq is the message's place in its ordering key's line (the line
-	// is served in KeySeq order); 0 for an unordered message.
+	// KeySeq is the message's place in its ordering key's line; 0 unordered.
 	KeySeq int64
-	// Attempts is the attempt history: the last AttemptHistoryLimit finished
-	// attempts (and operator actions), oldest first, never nil. The attempt
-	// in flight, if any, is not in it yet: LeaseOwner, LeaseGeneration and
-	// LastAttemptedAt describe it.
+	// Attempts is the history of finished attempts and operator actions,
+	// oldest first, never nil; the attempt in flight is not in it yet.
 	Attempts []Attempt
 }
 

@@ -10,8 +10,7 @@ import (
 
 // Limits enforced by both stores before any statement runs.
 const (
-	// MaxBatchSize is the largest number of rows one claim, enqueue, write
-	// or requeue call takes.
+	// MaxBatchSize is the most rows one claim, enqueue, write or requeue takes.
 	MaxBatchSize = 10_000
 	// MaxLeaseDuration is the longest lease a claim or renew grants.
 	MaxLeaseDuration = 24 * time.Hour
@@ -19,19 +18,16 @@ const (
 	MaxOwnerBytes = 200
 	// MaxPayloadBytes is the largest message payload, in bytes.
 	MaxPayloadBytes = 1 << 20
-	// MaxErrorBytes is the longest error text stored in last_error; longer
-	// texts are cut (on a UTF-8 boundary), never rejected.
+	// MaxErrorBytes is the longest last_error; longer texts are cut.
 	MaxErrorBytes = 8 << 10
 	// MaxDelay is the longest enqueue delay or retry delay.
 	MaxDelay = 365 * 24 * time.Hour
-	// MaxOrderingKeyBytes is the longest NewMessage.OrderingKey, in bytes
-	// of UTF-8.
+	// MaxOrderingKeyBytes is the longest NewMessage.OrderingKey, in bytes.
 	MaxOrderingKeyBytes = 256
-	// MaxTenantIDBytes is the longest tenant id (NewMessage.TenantID,
-	// ClaimRequest.TenantID), in bytes of UTF-8: tenant ids are index keys.
+	// MaxTenantIDBytes is the longest tenant id, in bytes (an index key).
 	MaxTenantIDBytes = 256
-	// MaxIdempotencyKeyBytes is the longest NewMessage.IdempotencyKey, in
-	// bytes of UTF-8: idempotency keys are index keys.
+	// MaxIdempotencyKeyBytes is the longest idempotency key, in bytes (an
+	// index key).
 	MaxIdempotencyKeyBytes = 256
 )
 
@@ -42,11 +38,9 @@ type ClaimRequest struct {
 	Owner string
 	// BatchSize is the most rows to claim, 1..MaxBatchSize.
 	BatchSize int
-	// LeaseFor is how long each lease lasts from the store's now,
-	// 1µs..MaxLeaseDuration; stored to the microsecond.
+	// LeaseFor is how long each lease lasts, 1µs..MaxLeaseDuration.
 	LeaseFor time.Duration
-	// TenantID, when not empty, claims only that tenant's rows. UTF-8
-	// without NUL, at most MaxTenantIDBytes.
+	// TenantID, when not empty, claims only that tenant's rows.
 	TenantID string
 }
 
@@ -81,9 +75,8 @@ type NewMessage struct {
 	// Payload is the body, 0..MaxPayloadBytes bytes; nil is stored as empty.
 	Payload []byte
 	// Headers is a JSON object or empty (stored as {}). A store with a
-	// TracerProvider adds the enqueue's trace context as the keys
-	// traceparent and tracestate (HeaderTraceParent), unless the object
-	// holds either already.
+	// TracerProvider adds the trace headers (HeaderTraceParent) unless
+	// the object holds them already.
 	Headers json.RawMessage
 	// TenantID is empty for no tenant; at most MaxTenantIDBytes.
 	TenantID string
@@ -92,10 +85,8 @@ type NewMessage struct {
 	IdempotencyKey string
 	// Topic is the outbox destination; it must be empty on the inbox.
 	Topic string
-	// OrderingKey, when not empty, orders the message among the messages of
-	// the same key and tenant: they are handled one at a time, in enqueue
-	// order (see the package's "Ordering keys" section). Empty means
-	// unordered. 1..MaxOrderingKeyBytes bytes of UTF-8 without NUL.
+	// OrderingKey, when not empty, makes the messages of one key and
+	// tenant run one at a time, in enqueue order. UTF-8 without NUL.
 	OrderingKey string
 	// Delay defers the first claim by this long from the store's now,
 	// 0..MaxDelay.
@@ -106,9 +97,7 @@ type NewMessage struct {
 type Failure struct {
 	// Lease is the lease the attempt ran under.
 	Lease Lease
-	// RetryAfter is how long from the store's now the message stays
-	// invisible, 0..MaxDelay. DeadLetter checks the range but does not use
-	// the value.
+	// RetryAfter is how long the message stays invisible, 0..MaxDelay.
 	RetryAfter time.Duration
 	// Error is the text stored in last_error. NUL bytes and invalid UTF-8 are
 	// replaced with U+FFFD and the text is cut to MaxErrorBytes.
@@ -330,4 +319,22 @@ func leasesOf(failures []Failure) []Lease {
 		leases[i] = f.Lease
 	}
 	return leases
+}
+
+// PurgeRequest selects terminal rows to delete.
+type PurgeRequest struct {
+	// OlderThan is the minimum age of the finish time, > 0.
+	OlderThan time.Duration
+	// BatchSize is the most rows one call deletes, 1..MaxBatchSize.
+	BatchSize int
+	// IncludeDeadLettered also deletes dead-lettered rows by their
+	// dead-letter time; by default they are kept for requeue.
+	IncludeDeadLettered bool
+}
+
+func (r PurgeRequest) validate() error {
+	if err := ValidatePositive("older than", r.OlderThan); err != nil {
+		return err
+	}
+	return validateCount("purge batch", r.BatchSize)
 }

@@ -11,21 +11,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The message headers that carry a producer's trace context, in the W3C
-// Trace Context format (https://www.w3.org/TR/trace-context/): a store
-// with a TracerProvider writes them at enqueue, Message.SpanContext reads
-// them.
+// The message headers that carry the enqueue span's W3C trace context
+// (https://www.w3.org/TR/trace-context/): a store with a TracerProvider
+// writes them, Message.SpanContext reads them. tracestate only when set.
 const (
-	// HeaderTraceParent holds the W3C traceparent of the enqueue's span,
-	// e.g. "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".
 	HeaderTraceParent = "traceparent"
-	// HeaderTraceState holds the W3C tracestate beside it, when not
-	// empty.
-	HeaderTraceState = "tracestate"
+	HeaderTraceState  = "tracestate"
 )
 
-// TracerName is the instrumentation scope name of the spans the stores
-// start (trace.TracerProvider.Tracer).
+// TracerName is the instrumentation scope of the stores' spans.
 const TracerName = "github.com/leasestore/leasestore/leasing"
 
 // MessagingSystem is the messaging.system attribute of every span the
@@ -35,13 +29,10 @@ const MessagingSystem = "leasestore"
 // traceContext is the propagator of the trace headers.
 var traceContext = propagation.TraceContext{}
 
-// SpanContext returns the trace context the message was enqueued under,
-// read from its traceparent and tracestate headers (HeaderTraceParent),
-// marked remote; an invalid SpanContext (IsValid false) when the headers
-// hold none or an unparsable one. The headers are decoded as JSON, so a
-// key written with escapes ("trace\u0070arent") is found, in Memory's
-// stored bytes as in PostgreSQL's normalised jsonb. A consumer links its
-// spans to it: the processor's process span of the message does.
+// SpanContext returns the remote trace context the message was enqueued
+// under (HeaderTraceParent), invalid when its headers hold none. Keys are
+// matched after JSON decoding, so escaped spellings are found too. The
+// processor links each attempt's span to it.
 func (m Message) SpanContext() trace.SpanContext {
 	return headerSpanContext(traceCarrier(m.Headers))
 }
@@ -88,16 +79,10 @@ func newTracing(tp trace.TracerProvider) tracing {
 	return tracing{tracer: tp.Tracer(TracerName)}
 }
 
-// send starts the send span of an enqueue of msgs (validated) on queue q,
-// a child of ctx's span, and returns msgs with the span's trace context in
-// their headers. A message whose headers already hold a traceparent or a
-// tracestate as a string keeps its headers unchanged: a caller that sets
-// them on purpose (a relay forwarding a producer's context) is not
-// overwritten, and no key appears twice; the span links to the context
-// such a message carries (carriedLinks, at most MaxSendLinks), as the
-// messaging conventions ask of a publish span. One whose trace key holds
-// another value (null, a number) gets it replaced (withTraceHeaders). Without tracing it
-// returns ctx, a no-op span and msgs as they are.
+// send starts the send span of an enqueue of msgs (validated) on queue q
+// and returns msgs with its trace context in their headers. A message that
+// carries a trace context already (a relay's) keeps it, and the span links
+// to it (carriedLinks). Without tracing it returns a no-op span and msgs.
 func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.Context, trace.Span, []NewMessage) {
 	if t.tracer == nil {
 		return ctx, trace.SpanFromContext(context.Background()), msgs // a no-op span
@@ -127,12 +112,9 @@ func (t tracing) send(ctx context.Context, q Queue, msgs []NewMessage) (context.
 	return ctx, span, msgs
 }
 
-// MaxSendLinks is the most links a send span gets to the trace contexts
-// its messages carry already (a relay forwarding producers' contexts):
-// one per distinct context, in message order, up to 128, the default
-// span link limit of the OpenTelemetry SDK, so that an EnqueueCopy of
-// 10,000 relayed rows does not build 10,000 links; the contexts past it
-// are kept in their messages' headers but not linked.
+// MaxSendLinks is the most links a send span gets to the distinct trace
+// contexts its messages carry already, in message order: the OpenTelemetry
+// SDK's default link limit. Contexts past it stay in the headers, unlinked.
 const MaxSendLinks = 128
 
 // carriedLinks returns the links of a send span of msgs to the valid trace
@@ -167,12 +149,10 @@ func carriedLinks(msgs []NewMessage) []trace.Link {
 	return links
 }
 
-// withTraceHeaders returns headers, a JSON object, with the carrier's
-// traceparent and tracestate added, or unchanged when it holds either as a
-// string already (traceCarrier). A trace key holding anything else (null,
-// a number) names no context and would hide the added one, so it is
-// replaced: the object is then written anew (encoding/json, keys sorted).
-// Otherwise the caller's bytes are kept as they are, the keys appended.
+// withTraceHeaders returns headers, a JSON object, with the carrier's keys
+// appended to the caller's bytes, or unchanged when it holds either as a
+// string already. A trace key holding another value (null, a number) is
+// replaced, and the object rewritten with sorted keys.
 func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) json.RawMessage {
 	headers = bytes.TrimSpace(headers)
 	empty := bytes.Equal(headers, []byte("{}"))
@@ -214,8 +194,7 @@ func withTraceHeaders(headers json.RawMessage, carrier propagation.MapCarrier) j
 	return append(out, '}')
 }
 
-// endSend ends the send span of an enqueue that returned err and reported
-// duplicates (inbox messages skipped as already present).
+// endSend ends the send span of an enqueue that returned err.
 func endSend(span trace.Span, duplicates int, err error) {
 	if !span.IsRecording() {
 		span.End()

@@ -79,6 +79,26 @@ func (b *bundle) claim(owner string, n int) []leasing.Lease {
 	return leases
 }
 
+// completeAndClaimer is the one-call complete and claim that Postgres and
+// Memory offer beside Store; the cases that need it skip a store without it.
+type completeAndClaimer interface {
+	CompleteAndClaim(ctx context.Context, done []leasing.Lease, r leasing.ClaimRequest) (leasing.WriteResult, []leasing.Lease, error)
+}
+
+var (
+	_ completeAndClaimer = (*leasing.Postgres)(nil)
+	_ completeAndClaimer = (*leasing.Memory)(nil)
+)
+
+func (b *bundle) completeAndClaim(done []leasing.Lease, r leasing.ClaimRequest) (leasing.WriteResult, []leasing.Lease, error) {
+	b.t.Helper()
+	cc, ok := b.store.(completeAndClaimer)
+	if !ok {
+		b.t.Skip("the store has no CompleteAndClaim")
+	}
+	return cc.CompleteAndClaim(b.ctx, done, r)
+}
+
 func (b *bundle) get(id uuid.UUID) leasing.Row {
 	b.t.Helper()
 	row, err := b.store.Get(b.ctx, id)

@@ -64,26 +64,10 @@ func badInput(t *testing.T, b *bundle) {
 		"release other queue":   func() error { _, err := b.store.Release(b.ctx, fromOther); return err },
 		"complete unclaimed":    func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
 		"complete other queue":  func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
-		"complete and claim bad request": func() error {
-			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{held}, with(func(r *leasing.ClaimRequest) { r.BatchSize = 0 }))
-			return err
-		},
-		"complete and claim other queue": func() error {
-			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{fromOther}, good)
-			return err
-		},
-		"complete and claim unclaimed": func() error {
-			_, _, err := b.store.CompleteAndClaim(b.ctx, []leasing.Lease{unclaimed}, good)
-			return err
-		},
-		"claim after nothing, bad owner": func() error {
-			_, _, err := b.store.CompleteAndClaim(b.ctx, nil, with(func(r *leasing.ClaimRequest) { r.Owner = "" }))
-			return err
-		},
-		"fail negative delay": func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
-		"fail none":           func() error { _, err := b.store.Fail(b.ctx); return err },
-		"dead-letter other":   func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
-		"enqueue none":        func() error { _, err := b.store.Enqueue(b.ctx); return err },
+		"fail negative delay":   func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
+		"fail none":             func() error { _, err := b.store.Fail(b.ctx); return err },
+		"dead-letter other":     func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
+		"enqueue none":          func() error { _, err := b.store.Enqueue(b.ctx); return err },
 		"enqueue payload too big": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes+1)})
 			return err
@@ -100,6 +84,24 @@ func badInput(t *testing.T, b *bundle) {
 		"requeue nil id":   func() error { _, err := b.store.Requeue(b.ctx, ids[0], uuid.Nil); return err },
 		"purge zero age":   func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{BatchSize: 1}); return err },
 		"purge zero batch": func() error { _, err := b.store.Purge(b.ctx, leasing.PurgeRequest{OlderThan: time.Hour}); return err },
+	}
+	if cc, ok := b.store.(completeAndClaimer); ok {
+		calls["complete and claim bad request"] = func() error {
+			_, _, err := cc.CompleteAndClaim(b.ctx, []leasing.Lease{held}, with(func(r *leasing.ClaimRequest) { r.BatchSize = 0 }))
+			return err
+		}
+		calls["complete and claim other queue"] = func() error {
+			_, _, err := cc.CompleteAndClaim(b.ctx, []leasing.Lease{fromOther}, good)
+			return err
+		}
+		calls["complete and claim unclaimed"] = func() error {
+			_, _, err := cc.CompleteAndClaim(b.ctx, []leasing.Lease{unclaimed}, good)
+			return err
+		}
+		calls["claim after nothing, bad owner"] = func() error {
+			_, _, err := cc.CompleteAndClaim(b.ctx, nil, with(func(r *leasing.ClaimRequest) { r.Owner = "" }))
+			return err
+		}
 	}
 	if b.q == leasing.Inbox {
 		calls["enqueue long idempotency key"] = func() error {

@@ -110,7 +110,7 @@ var orderingCases = []contractCase{
 	{"Ordering/CompleteAndClaimTakesThePromoted", func(t *testing.T, b *bundle) {
 		ids := b.enqueue(keyed("", "k", 2)...)
 		l := b.claim("w", 1)
-		res, next, err := b.store.CompleteAndClaim(b.ctx, l, leasing.ClaimRequest{Owner: "w", BatchSize: 5, LeaseFor: lease})
+		res, next, err := b.completeAndClaim(l, leasing.ClaimRequest{Owner: "w", BatchSize: 5, LeaseFor: lease})
 		require.NoError(t, err)
 		require.NoError(t, res.Err())
 		require.Equal(t, []uuid.UUID{ids[1]}, idsOf(next))

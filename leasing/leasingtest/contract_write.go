@@ -207,11 +207,11 @@ var writeCases = []contractCase{
 	{"CompleteAndClaim/CompletesThenClaimsNext", func(t *testing.T, b *bundle) {
 		ids := b.enqueueN(5)
 		req := leasing.ClaimRequest{Owner: "a", BatchSize: 2, LeaseFor: lease}
-		none, first, err := b.store.CompleteAndClaim(b.ctx, nil, req)
+		none, first, err := b.completeAndClaim(nil, req)
 		require.NoError(t, err)
 		require.Empty(t, none.Outcomes)
 		require.Equal(t, ids[:2], idsOf(first))
-		res, next, err := b.store.CompleteAndClaim(b.ctx, first, req)
+		res, next, err := b.completeAndClaim(first, req)
 		require.NoError(t, err)
 		require.Equal(t, []leasing.Outcome{leasing.OutcomeApplied, leasing.OutcomeApplied}, outcomes(res))
 		require.Equal(t, ids[:2], []uuid.UUID{res.Outcomes[0].MessageID, res.Outcomes[1].MessageID})
@@ -226,12 +226,12 @@ var writeCases = []contractCase{
 			require.Equal(t, l.Generation, row.LeaseGeneration)
 		}
 		// A retry of the same completes reports already_applied and still claims.
-		again, last, err := b.store.CompleteAndClaim(b.ctx, first, req)
+		again, last, err := b.completeAndClaim(first, req)
 		require.NoError(t, err)
 		require.Equal(t, []leasing.Outcome{leasing.OutcomeAlreadyApplied, leasing.OutcomeAlreadyApplied}, outcomes(again))
 		require.Equal(t, ids[4:], idsOf(last))
 		// Nothing left: the completes apply and the claim is empty, not nil.
-		_, empty, err := b.store.CompleteAndClaim(b.ctx, append(next, last...), req)
+		_, empty, err := b.completeAndClaim(append(next, last...), req)
 		require.NoError(t, err)
 		require.NotNil(t, empty)
 		require.Empty(t, empty)
@@ -245,7 +245,7 @@ var writeCases = []contractCase{
 		b.env.Clock.Advance(2 * lease)
 		taken := b.claim("b", 1) // reclaims the expired lease
 		require.Equal(t, idsOf(stale), idsOf(taken))
-		res, next, err := b.store.CompleteAndClaim(b.ctx, stale, leasing.ClaimRequest{Owner: "a", BatchSize: 5, LeaseFor: lease})
+		res, next, err := b.completeAndClaim(stale, leasing.ClaimRequest{Owner: "a", BatchSize: 5, LeaseFor: lease})
 		require.NoError(t, err)
 		require.Equal(t, []leasing.Outcome{leasing.OutcomeLost}, outcomes(res))
 		require.ErrorIs(t, res.Err(), leasing.ErrLeaseLost)
