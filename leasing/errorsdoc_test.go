@@ -16,7 +16,7 @@ import (
 func TestInterfaceMethodsSayTheirErrors(t *testing.T) {
 	t.Parallel()
 	errorsParagraph := regexp.MustCompile(`(?m)^Errors: \S`)
-	for file, iface := range map[string]string{"store.go": "Store", "processor/listener.go": "WorkSignal"} {
+	for file, iface := range map[string]string{"store.go": "Store", "processor/signal.go": "WorkSignal"} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ParseComments)
 		require.NoError(t, err)
 		var methods *ast.FieldList

@@ -10,9 +10,9 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// Attribute keys of the log records a Processor and a Listener write. Every
-// record of a processor carries LogKeyQueue and LogKeyOwner; every record
-// of a listener, LogKeyQueue and LogKeyChannel.
+// Attribute keys of the log records a Processor writes, and of those of a
+// leasing.Listener. Every record of a processor carries LogKeyQueue and
+// LogKeyOwner; every record of a listener, LogKeyQueue and LogKeyChannel.
 const (
 	LogKeyQueue      = "queue"      // the queue: inbox or outbox
 	LogKeyOwner      = "owner"      // the processor's lease owner name (Processor.Owner)
@@ -20,10 +20,10 @@ const (
 	LogKeyAttempt    = "attempt"    // the lease's attempt, 1 on the first delivery
 	LogKeyGeneration = "generation" // the lease's generation (fencing token)
 	LogKeyError      = "error"      // the error, or the error text written with an outcome
-	LogKeyChannel    = "channel"    // a listener's NOTIFY channel
+	LogKeyChannel    = "channel"    // a leasing.Listener's NOTIFY channel
 )
 
-// logger writes the structured events of a processor or a listener to l;
+// logger writes the structured events of a processor to l;
 // with a nil l it writes nothing, and builds no attributes.
 type logger struct{ l *slog.Logger }
 
@@ -242,35 +242,4 @@ func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasi
 // vacuumRan logs one VACUUM of table (debug).
 func (v loggedVacuumer) vacuumRan(table string, deadRows int64, d time.Duration) {
 	v.log.log(slog.LevelDebug, "vacuum ran", slog.String("table", table), slog.Int64("dead_rows", deadRows), slog.Duration("duration", d))
-}
-
-// log returns the listener's logger, its records carrying the queue and
-// the channel.
-func (l *Listener) log() logger {
-	if l.opts.Logger == nil {
-		return logger{}
-	}
-	q := leasing.Inbox
-	if l.channel == leasing.Outbox.Channel() {
-		q = leasing.Outbox
-	}
-	return logger{l.opts.Logger.With(slog.String(LogKeyQueue, string(q)), slog.String(LogKeyChannel, l.channel))}
-}
-
-// logConnected logs a LISTEN in place and delivering (info: after a
-// reconnect it says the listener is back).
-func (l *Listener) logConnected() {
-	l.log().log(slog.LevelInfo, "listener connected", slog.Int64("backend_pid", int64(l.pid.Load())))
-}
-
-// logReconnect logs a broken or failed connection and the wait before the
-// next try (warn).
-func (l *Listener) logReconnect(err error, backoff time.Duration) {
-	l.log().log(slog.LevelWarn, "listener connection lost; reconnecting", errAttr(err), slog.Duration("backoff", backoff))
-}
-
-// logUndelivered logs the *ListenerUndeliveredError Run returns (error:
-// the listener stops).
-func (l *Listener) logUndelivered(err error) {
-	l.log().log(slog.LevelError, "listener stopped: notifications do not arrive", errAttr(err))
 }
