@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -132,7 +131,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	keep := 0
 	for i, h := range hs {
 		l := leases[i]
-		_, h.span = r.p.tracer.startProcess(h.ctx, l) // before the timeout starts, and read after the outcome's submit
+		r.p.ev.processStarted(h, l)
 		if err := exhausted(policy, l); err != nil {
 			dead = append(dead, r.batchOutcomes([]*heldLease{h}, []error{err})...)
 			continue
@@ -148,7 +147,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 		return
 	}
 
-	ctx, span := r.p.tracer.startBatch(r.base, hs)
+	ctx, span := r.p.ev.batchStarted(r.base, hs)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
@@ -156,7 +155,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	errs := r.handleBatch(ctx, leases)
 	timedOut := stopTimeout()
 	stopWatch()
-	endBatch(span, errs, timedOut)
+	r.p.ev.batchEnded(span, errs, timedOut)
 	if pws := r.batchOutcomes(hs, errs); len(pws) > 0 {
 		r.w.submit(pws...)
 	}
@@ -192,7 +191,7 @@ func watchBatch(hs []*heldLease, cancel context.CancelCauseFunc) (stop func()) {
 // lease: a panic, or a result of the wrong length, fails every lease.
 func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []error) {
 	var failed error // the first error among errs, for the handler_duration outcome
-	defer r.p.metrics.observeHandler(time.Now(), &failed)
+	defer r.p.ev.handlerDone(time.Now(), &failed)
 	defer func() {
 		if v := recover(); v != nil {
 			errs = repeatErr(len(leases), r.panicked(leases, v))
@@ -207,7 +206,7 @@ func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []e
 	errs = r.p.batch(ctx, slices.Clone(leases))
 	if len(errs) != len(leases) {
 		err := fmt.Errorf("%w: %d for %d messages", ErrBatchLength, len(errs), len(leases))
-		r.p.batchWrongLength(leases, len(errs))
+		r.p.ev.batchWrongLength(leases, len(errs))
 		errs = repeatErr(len(leases), err)
 	}
 	return errs
@@ -232,13 +231,4 @@ func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 		}
 	}
 	return pws
-}
-
-// batchWrongLength logs a batch handler call that returned got outcomes
-// for leases (error: a handler bug; every lease is written failed).
-func (p *Processor) batchWrongLength(leases []leasing.Lease, got int) {
-	if p.log.enabled(slog.LevelError) {
-		p.log.log(slog.LevelError, "batch handler returned the wrong number of outcomes",
-			batchAttrs(leases, slog.Int("outcomes", got))...)
-	}
 }

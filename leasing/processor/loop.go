@@ -177,34 +177,26 @@ func (r *run) claim() (full bool, found int) {
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, p.claimRequest)
-	p.metrics.observeClaim(time.Since(sent), leases, p.claimRequest.LeaseFor)
-	parked := 0
-	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
-		// The claim dead-lettered rows it could not lease; its leases are
-		// good. The parked rows took batch slots, so more may be due.
-		p.claimParked(pe)
-		parked = len(pe.Parked)
-		count(p.metrics.parked, parked)
-		err = nil
+	pe := (*leasing.ParkedError)(nil)
+	if errors.As(err, &pe) {
+		err = nil // the claim dead-lettered rows it could not lease; its leases are good
 	}
+	base := p.ev.claimed(r.base, sent, leases, pe, err)
 	if err != nil {
-		p.tracer.claimed(r.base, sent, p.claimRequest, nil, 0, err)
-		p.claimFailed(err)
-		// The claim may have committed before its reply was lost; its
-		// leases would then count an attempt nobody ran. Past one lease
-		// duration they have expired and been reclaimed anyway. Counted
-		// from now, not from when the claim was sent: a slow claim's
-		// leases expire one lease duration after it ran.
+		// The claim may have committed before its reply was lost: sweep
+		// for one lease duration from now, when such leases have expired.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
 		return false, -1
 	}
-	count(p.metrics.acquired, len(leases))
-	if len(leases)+parked > 0 {
+	found = len(leases)
+	if pe != nil {
+		found += len(pe.Parked) // parked rows took batch slots, so more may be due
+	}
+	if found > 0 {
 		p.noteWrite()
 	}
-	base := p.tracer.claimed(r.base, sent, p.claimRequest, leases, parked, nil)
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
-	return len(leases)+parked >= p.opts.BatchSize, len(leases) + parked
+	return found >= p.opts.BatchSize, found
 }
 
 // checkPrivileges asks a store that implements PrivilegeChecker whether
@@ -220,10 +212,10 @@ func (r *run) checkPrivileges() bool {
 		err := c.CheckPrivileges(ctx)
 		switch pe := (*leasing.PrivilegeError)(nil); {
 		case errors.As(err, &pe):
-			p.refuse(p.privilegesMissing(err))
+			p.refuse(p.ev.privilegesMissing(err))
 			return false
 		case err != nil:
-			p.privilegeCheckFailed(err)
+			p.ev.privilegeCheckFailed(err)
 			return false
 		}
 	}
@@ -242,7 +234,7 @@ func (r *run) sweepOrphans() bool {
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	if _, err := p.store.ReleaseOrphans(ctx, p.claimRequest.Owner, known); err != nil {
-		p.sweepFailed(err)
+		p.ev.sweepFailed(err)
 		return false
 	}
 	return true
@@ -263,8 +255,7 @@ func (r *run) dispatch() {
 			continue
 		}
 		r.startWorker(func() {
-			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
-			h.span = span // before the timeout starts, and read after the outcome's submit
+			ctx := r.p.ev.processStarted(h, lease)
 			stopTimeout := r.startTimeout([]*heldLease{h}, nil, nil)
 			err := r.handle(ctx, lease)
 			stopTimeout()
@@ -296,7 +287,7 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 	if err := exhausted(r.p.opts.RetryPolicy, lease); err != nil {
 		return err
 	}
-	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
+	defer r.p.ev.handlerDone(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
 			err = r.panicked([]leasing.Lease{lease}, v)
@@ -320,7 +311,7 @@ func exhausted(policy RetryPolicy, lease leasing.Lease) error {
 // them: errHandlerPanicked with v's text and the stack.
 func (r *run) panicked(leases []leasing.Lease, v any) error {
 	stack := debug.Stack()
-	r.p.handlerPanicked(leases, v, stack)
+	r.p.ev.handlerPanicked(leases, v, stack)
 	return fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
 }
 
@@ -338,15 +329,7 @@ func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.Canc
 		return func() bool { return false }
 	}
 	fired := make(chan bool, 1)
-	t := time.AfterFunc(d, func() {
-		timedOut := r.timeOut(hs, cancel)
-		if timedOut {
-			// Only then: leases all lost or written before the timeout
-			// leave the call's span without error.type.
-			handlerTimedOutSpan(span, d)
-		}
-		fired <- timedOut
-	})
+	t := time.AfterFunc(d, func() { fired <- r.timeOut(hs, span, cancel) })
 	return func() bool {
 		if t.Stop() {
 			return false
@@ -363,7 +346,7 @@ func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.Canc
 // leases, so the heartbeat stops renewing them; what the call returns
 // later is dropped by settle. Leases whose call returned first, or that
 // were lost, are left alone. It reports whether it timed out any lease.
-func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
+func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) bool {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	var (
 		timedOut []*heldLease
@@ -375,7 +358,6 @@ func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 		if !ok {
 			continue
 		}
-		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
 		timedOut = append(timedOut, h)
 		leases = append(leases, lease)
 		pws = append(pws, r.outcome(h, lease, err))
@@ -389,7 +371,7 @@ func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 	if len(pws) == 0 {
 		return false
 	}
-	r.p.handlerTimedOut(leases)
+	r.p.ev.handlerTimedOut(span, timedOut, leases)
 	r.w.submit(pws...)
 	return true
 }
@@ -409,11 +391,11 @@ func (r *run) settle(h *heldLease, err error) (pendingWrite, bool) {
 	lease, ok := r.book.advance(h, stateWriting)
 	if !ok {
 		if r.book.isLost(h) {
-			endLost(h.span)
+			r.p.ev.processLost(h)
 		}
 		return pendingWrite{}, false
 	}
-	handlerReturned(h.span, err)
+	r.p.ev.handlerReturned(h, err)
 	pw := r.outcome(h, lease, err)
 	h.cancel(context.Canceled)
 	return pw, true

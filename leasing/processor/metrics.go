@@ -185,7 +185,7 @@ func (m *metrics) observeHandler(start time.Time, err *error) {
 
 // timedWrite returns call, a store call writing outcomes of kind, that
 // records the write_duration of each call.
-func (m *metrics) timedWrite(kind writeKind, call func(context.Context) (leasing.WriteResult, error)) func(context.Context) (leasing.WriteResult, error) {
+func (m *metrics) timedWrite(kind writeKind, call storeWrite) storeWrite {
 	return func(ctx context.Context) (leasing.WriteResult, error) {
 		start := time.Now()
 		res, err := call(ctx)

@@ -94,9 +94,7 @@ type Processor struct {
 	handler Handler      // New's; nil for NewBatch's
 	batch   BatchHandler // NewBatch's; nil for New's
 	opts    Options      // resolved: no zero fields left
-	metrics *metrics
-	tracer  tracer // opts.TracerProvider's; starts no span when nil
-	log     logger // opts.Logger with the queue and owner; writes nothing when nil
+	ev      *events
 	// claimRequest is what every claim sends: owner, batch size, lease
 	// duration and tenant, checked by New.
 	claimRequest leasing.ClaimRequest
@@ -160,17 +158,14 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(opts.Meter, store.Queue())
-	if err != nil {
-		return nil, err
-	}
 	p := &Processor{
-		store: store, opts: opts, metrics: m, claimRequest: claimRequest,
-		log:    newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
-		tracer: newTracer(opts.TracerProvider, store.Queue(), claimRequest.Owner),
-		stop:   make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
+		store: store, opts: opts, claimRequest: claimRequest,
+		stop: make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
 	}
 	set(p)
+	if p.ev, err = newEvents(opts, store.Queue(), claimRequest, p.batch != nil); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -228,8 +223,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer close(p.done)
 
 	base := context.WithoutCancel(ctx)
-	book := newBook(p.opts.LeaseDuration, p.metrics)
-	book.log = p.log
+	book := newBook(p.opts.LeaseDuration, p.ev)
 	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
 	go w.run()
 	hbCtx, stopHeartbeat := context.WithCancel(base)
@@ -244,7 +238,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.report, p.wrote) // the policy was validated by New
+			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.report, p.wrote) // the policy was validated by New
 		}
 	}()
 
@@ -297,18 +291,6 @@ func (p *Processor) Stop(ctx context.Context) error {
 }
 
 func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
-
-// report hands err to OnError, when set.
-func (p *Processor) report(err error) {
-	if p.opts.OnError != nil {
-		p.opts.OnError(err)
-	}
-}
-
-// errorf returns an error of p's queue, "processor: <queue> <what>: <err>".
-func (p *Processor) errorf(what string, err error) error {
-	return fmt.Errorf("processor: %s %s: %w", p.store.Queue(), what, err)
-}
 
 // pause waits d, or until ctx ends, and reports whether d passed.
 func pause(ctx context.Context, d time.Duration) bool {

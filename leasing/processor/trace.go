@@ -246,7 +246,7 @@ func endLost(span trace.Span) {
 // g. It returns the span and call wrapped to run with it in its context
 // and to record each failed try as an event; the span is nil without
 // tracing (call is returned as it is).
-func (t tracer) startWrite(kind writeKind, g []pendingWrite, call func(context.Context) (leasing.WriteResult, error)) (trace.Span, func(context.Context) (leasing.WriteResult, error)) {
+func (t tracer) startWrite(kind writeKind, g []pendingWrite, call storeWrite) (trace.Span, storeWrite) {
 	if t.t == nil {
 		return nil, call
 	}

@@ -26,6 +26,9 @@ const (
 	writeDeadLetter
 )
 
+// storeWrite is one store call writing outcomes.
+type storeWrite func(context.Context) (leasing.WriteResult, error)
+
 // pendingWrite is one outcome waiting for the writer.
 type pendingWrite struct {
 	h       *heldLease
@@ -208,7 +211,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 			failures[i] = pw.failure
 		}
 	}
-	call := func(ctx context.Context) (leasing.WriteResult, error) {
+	call := storeWrite(func(ctx context.Context) (leasing.WriteResult, error) {
 		switch kind {
 		case writeRelease:
 			return p.store.Release(ctx, leases...)
@@ -219,49 +222,35 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		default:
 			return p.store.DeadLetter(ctx, failures...)
 		}
-	}
-	span, call := p.tracer.startWrite(kind, g, call)
-	res, err := w.persist(p.metrics.timedWrite(kind, call), yield)
+	})
+	span, call := p.ev.writeStarted(kind, g, call)
+	res, err := w.persist(call, yield)
 	if yield && errors.Is(err, leasing.ErrLockTimeout) {
-		p.tracer.abandonWrite(span, err)
-		p.writeTryFailed(1, err)
+		p.ev.writeSplit(span, err)
 		return false
 	}
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
-	p.tracer.endWrite(span, kind, g, res, err)
-	if err != nil {
-		p.writeGaveUp(kind, g, err)
-		if errors.Is(err, leasing.ErrPermissionDenied) {
-			p.writeRefused(err)
-			p.refuse(p.errorf("stopped: the database refused an outcome write", err))
-		}
-		return true
-	}
-	p.logWritten(kind, g, res)
-	done := 0
-	for _, o := range res.Outcomes {
-		if o.Outcome.Succeeded() {
-			done++
-		}
-	}
-	count(p.metrics.rejected, len(g)-done)
-	switch kind {
-	case writeComplete:
-		count(p.metrics.succeeded, done)
-		w.keysFreed(g, res)
-	case writeFail:
-		count(p.metrics.failed, done)
-		for i, o := range res.Outcomes {
-			if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.dueSoon != nil {
-				w.dueSoon(g[i].failure.RetryAfter)
-			}
-		}
-	case writeDeadLetter:
-		count(p.metrics.deadLettered, done)
+	p.ev.written(span, kind, g, res, err)
+	switch {
+	case errors.Is(err, leasing.ErrPermissionDenied):
+		p.refuse(p.ev.errorf("stopped: the database refused an outcome write", err))
+	case err == nil && kind == writeFail:
+		w.retriesDue(g, res)
+	case err == nil && (kind == writeComplete || kind == writeDeadLetter):
 		w.keysFreed(g, res)
 	}
 	return true
+}
+
+// retriesDue calls dueSoon with the retry delay of each failure of g that
+// res reports applied.
+func (w *writer) retriesDue(g []pendingWrite, res leasing.WriteResult) {
+	for i, o := range res.Outcomes {
+		if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.dueSoon != nil {
+			w.dueSoon(g[i].failure.RetryAfter)
+		}
+	}
 }
 
 // keysFreed calls dueSoon(0) when res, the completion or dead letter of g,
@@ -287,7 +276,7 @@ func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 // error matching leasing.ErrPermissionDenied (no retry mends it), or
 // writeTries calls failed; each call may take LeaseDuration. With yield, a
 // first call that fails with leasing.ErrLockTimeout returns at once.
-func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error), yield bool) (leasing.WriteResult, error) {
+func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, error) {
 	p := w.p
 	backoff := writeBackoff
 	for try := 1; ; try++ {
@@ -298,7 +287,7 @@ func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)
 			yield && try == 1 && errors.Is(err, leasing.ErrLockTimeout) {
 			return res, err
 		}
-		p.writeTryFailed(try, err)
+		p.ev.writeTryFailed(try, err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}
