@@ -16,8 +16,8 @@ import (
 // Span attribute keys beyond the OpenTelemetry messaging conventions'
 // (messaging.system, messaging.operation.name and .type,
 // messaging.destination.name, messaging.message.id, messaging.client.id,
-// messaging.batch.message_count, error.type); the package documentation,
-// Tracing, lists which span carries which.
+// messaging.batch.message_count, error.type); docs/processor.md, Tracing,
+// lists which span carries which.
 const (
 	attrAttempt     = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
 	attrGeneration  = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence

@@ -43,16 +43,12 @@ type writer struct {
 	p    *Processor
 	book *book
 	base context.Context
-	// dueSoon is called with d when a message may become due within d: the
-	// retry delay of each failed outcome written, and 0 after a completion
-	// or dead letter of keyed leases, which may promote the next message of
-	// each key (no insert, so no work signal, announces it).
+	// dueSoon is called with d when a message may become due within d: a
+	// failure's retry delay, or 0 when a keyed outcome may have promoted
+	// the next message of its key (which no work signal announces).
 	dueSoon func(time.Duration)
-	// limit is how many outcomes may wait without holding their worker: a
-	// worker whose outcome finds limit or more waiting still queues it (the
-	// next write takes it) but keeps its slot until the writer has taken
-	// it, so that a slow store stops the claims instead of piling up
-	// outcomes not yet written.
+	// limit is how many outcomes may wait before a submitting worker keeps
+	// its slot until the writer has taken them.
 	limit int
 
 	mu     sync.Mutex
@@ -65,15 +61,10 @@ type writer struct {
 }
 
 // outcomesWaitingPerSlot is how many outcomes per worker slot may wait for
-// the writer before a worker keeps its slot while its outcome waits
-// (writer.limit = outcomesWaitingPerSlot x Concurrency). Under load one
-// write takes tens of milliseconds while workers finish many handlers per
-// slot; with Concurrency+1, the limit before, workers held their slots
-// through most writes, the claims stopped, and pickup waited for each
-// outcome write. With 32 producers at full speed on 2 cores (leasectl
-// bench --producers 32), pickup p99 went from 93-277 ms to 35-120 ms over
-// six alternated runs. A slow store still stops the claims, 8 outcomes per
-// slot later.
+// the writer (writer.limit) before a worker keeps its slot while its
+// outcome waits: enough that workers rarely hold slots through a write,
+// few enough that a slow store stops the claims. Measurements:
+// docs/notes/2026-12-03-processor-measurements.md.
 const outcomesWaitingPerSlot = 8
 
 // newWriter returns the writer of p's run over book; limit is how many
@@ -160,15 +151,12 @@ func (w *writer) write(batch []pendingWrite) {
 	}
 }
 
-// writeGroup writes g, outcomes of one kind, with one store call, and
-// counts what the store applied. A completion or dead letter of ordering
-// keys' heads locks their keys' rows, and an open transaction that
-// enqueued to a key holds its row until it ends: when such a call of
-// several keys (or of keys and unkeyed messages) times out on a lock, it
-// rolled back, so nothing of g was written, and g is written again one
-// call per key and one for the unkeyed outcomes, each tried once before
-// any is tried again, so that a held key delays the others by one lock
-// timeout and is the only one retried.
+// writeGroup writes g, outcomes of one kind, with one store call. A
+// completion or dead letter of keyed heads locks their key rows, which an
+// open enqueue transaction may hold: when such a call over several keys
+// times out on a lock, nothing was written and g is written again one call
+// per key (and one for the unkeyed), each tried once before any is retried,
+// so that a held key delays the others by one lock timeout only.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	parts := keyParts(kind, g)
 	if len(parts) <= 1 {
@@ -189,11 +177,9 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	}
 }
 
-// writeCall writes g, outcomes of one kind, with one store call (tried
-// again on driver errors, see persist), and counts what the store applied.
-// With yield, a first try that fails with leasing.ErrLockTimeout ends the
-// call instead: nothing of g was written, g stays tracked, and writeCall
-// returns false for the caller to write g again; else it returns true.
+// writeCall writes g, outcomes of one kind, with one store call (see
+// persist). With yield, a first try that fails with leasing.ErrLockTimeout
+// writes nothing and returns false, for the caller to write g again.
 func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	p := w.p
 	var (
@@ -253,13 +239,9 @@ func (w *writer) retriesDue(g []pendingWrite, res leasing.WriteResult) {
 	}
 }
 
-// keysFreed calls dueSoon(0) when res, the completion or dead letter of g,
-// recorded an outcome of a keyed lease (applied, or already applied by a
-// try whose reply was lost): the store may have promoted the next message
-// of its key (not for a dead letter under strict ordering, nor when none
-// waits), and the loop claims again now rather than at its next poll,
-// which with a WorkSignal may be PollInterval away. One claim per write
-// call, whether or not anything was promoted.
+// keysFreed calls dueSoon(0), once per call, when res recorded an outcome
+// of a keyed lease of g: the store may have promoted the next message of
+// its key, and with a WorkSignal the next poll may be far.
 func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 	if w.dueSoon == nil {
 		return
@@ -272,10 +254,9 @@ func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 	}
 }
 
-// persist calls call until it returns no error, an *ArgumentError, an
-// error matching leasing.ErrPermissionDenied (no retry mends it), or
-// writeTries calls failed; each call may take LeaseDuration. With yield, a
-// first call that fails with leasing.ErrLockTimeout returns at once.
+// persist calls call until it succeeds, fails for good (an invalid
+// argument, a refused privilege) or writeTries calls failed; each call may
+// take LeaseDuration. With yield, a first ErrLockTimeout returns at once.
 func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, error) {
 	p := w.p
 	backoff := writeBackoff
@@ -293,13 +274,9 @@ func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, erro
 	}
 }
 
-// keyParts splits g, outcomes of kind, into the outcomes of each ordering
-// key (tenant and key; in order of first appearance) and one part of the
-// unkeyed ones, for a write that must not wait as a whole behind one key:
-// completions and dead letters lock the key rows of the heads they finish,
-// and an open transaction that enqueued to a key holds its row until it
-// ends. It returns nil for other kinds, and a single part when g holds at
-// most one key and nothing else.
+// keyParts splits g into the outcomes of each ordering key (tenant and key,
+// in order of first appearance) and one part of the unkeyed ones, for
+// completions and dead letters; it returns nil for other kinds.
 func keyParts(kind writeKind, g []pendingWrite) [][]pendingWrite {
 	if kind != writeComplete && kind != writeDeadLetter {
 		return nil
