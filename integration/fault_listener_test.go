@@ -25,7 +25,7 @@ func TestFaultListener(t *testing.T) {
 	pool := newPool(t, url, "", 2)
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
-	listener, err := processor.NewListener(pool.Config().ConnConfig, leasing.Inbox, processor.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	listener, err := leasing.NewListener(pool.Config().ConnConfig, leasing.Inbox, leasing.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	require.NoError(t, err)
 	lctx, stopListener := context.WithCancel(ctx)
 	defer stopListener()
@@ -87,7 +87,7 @@ func TestFaultListener(t *testing.T) {
 	// No working listener at all: polling alone delivers.
 	broken := pool.Config().ConnConfig.Copy()
 	broken.Port = 1 // nothing listens there
-	deaf, err := processor.NewListener(broken, leasing.Outbox, processor.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	deaf, err := leasing.NewListener(broken, leasing.Outbox, leasing.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	require.NoError(t, err)
 	go func() { _ = deaf.Run(lctx) }()
 	outbox, err := leasing.NewPostgres(pool, leasing.Outbox, leasing.PostgresOptions{})

@@ -23,8 +23,8 @@ func TestListenerLogsReconnect(t *testing.T) {
 	admin := adminConn(t, url)
 	pool := newPool(t, url, "", 1)
 	rec := logtest.New(slog.LevelDebug)
-	listener, err := processor.NewListener(pool.Config().ConnConfig, leasing.Outbox,
-		processor.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: rec.Logger()})
+	listener, err := leasing.NewListener(pool.Config().ConnConfig, leasing.Outbox,
+		leasing.ListenerOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: rec.Logger()})
 	require.NoError(t, err)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -30,7 +30,7 @@ func TestListenerWakesProcessor(t *testing.T) {
 			cfg, err := pgx.ParseConfig(b.url)
 			require.NoError(t, err)
 			var listenErrors atomic.Int32
-			l, err := processor.NewListener(cfg, q, processor.ListenerOptions{
+			l, err := leasing.NewListener(cfg, q, leasing.ListenerOptions{
 				MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 				OnError: func(error) { listenErrors.Add(1) },
 			})

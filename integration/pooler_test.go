@@ -169,7 +169,7 @@ func TestListenerThroughPgBouncer(t *testing.T) {
 			require.NoError(t, err)
 			var mu sync.Mutex
 			var reported []error
-			l, err := processor.NewListener(cfg, leasing.Inbox, processor.ListenerOptions{
+			l, err := leasing.NewListener(cfg, leasing.Inbox, leasing.ListenerOptions{
 				ProbeWait: time.Second,
 				OnError: func(err error) {
 					mu.Lock()
@@ -202,7 +202,7 @@ func TestListenerThroughPgBouncer(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("Run did not return within 10s behind the pooler")
 			}
-			var undelivered *processor.ListenerUndeliveredError
+			var undelivered *leasing.ListenerUndeliveredError
 			require.ErrorAs(t, err, &undelivered)
 			require.Equal(t, leasing.Inbox.Channel(), undelivered.Channel)
 			require.Equal(t, time.Second, undelivered.Waited)

@@ -195,7 +195,7 @@ func TestWorkSignalLostWithRollbackIsPolled(t *testing.T) {
 	counter := newSignalCounter(t, b.url, b.store.Pool(), leasing.Inbox)
 	cfg, err := pgx.ParseConfig(b.url)
 	require.NoError(t, err)
-	l, err := processor.NewListener(cfg, leasing.Inbox, processor.ListenerOptions{})
+	l, err := leasing.NewListener(cfg, leasing.Inbox, leasing.ListenerOptions{})
 	require.NoError(t, err)
 	lctx, stopListening := context.WithCancel(ctx)
 	listened := make(chan error, 1)
@@ -268,7 +268,7 @@ func TestIdleProcessorIsQuiet(t *testing.T) {
 	t.Cleanup(pool.Close)
 	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 	require.NoError(t, err)
-	l, err := processor.NewListener(pool.Config().ConnConfig, leasing.Inbox, processor.ListenerOptions{})
+	l, err := leasing.NewListener(pool.Config().ConnConfig, leasing.Inbox, leasing.ListenerOptions{})
 	require.NoError(t, err)
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -9,7 +9,7 @@ import (
 
 // AttemptHistoryLimit is how many entries a row's attempt history keeps;
 // each append beyond it drops the oldest. The SQL keeps the same bound.
-// Its cost per row: docs/2026-12-01-attempt-history.md.
+// Its cost per row: docs/notes/2026-12-01-attempt-history.md.
 const AttemptHistoryLimit = 20
 
 // MaxAttemptErrorBytes is the longest error text one history entry keeps,

@@ -233,7 +233,7 @@ func runQueue(ctx context.Context, out io.Writer, pool *pgxpool.Pool, store *lea
 	var reported []error
 	onError := func(err error) { reportedMu.Lock(); reported = append(reported, err); reportedMu.Unlock() }
 	for _, instance := range []string{"A", "B"} {
-		listener, err := processor.NewListener(pool.Config().ConnConfig, q, processor.ListenerOptions{OnError: onError})
+		listener, err := leasing.NewListener(pool.Config().ConnConfig, q, leasing.ListenerOptions{OnError: onError})
 		if err != nil {
 			return nil, err
 		}

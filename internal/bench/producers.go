@@ -296,7 +296,7 @@ func cmpOr(a, b error) error {
 // (its wakes are drained and dropped) and no processor.
 func throughputPhase(ctx context.Context, cfg Config, pool *pgxpool.Pool, store *leasing.Postgres) (ThroughputPhase, error) {
 	lctx, stop := context.WithCancel(ctx)
-	listener, err := processor.NewListener(pool.Config().ConnConfig, cfg.Queue, processor.ListenerOptions{})
+	listener, err := leasing.NewListener(pool.Config().ConnConfig, cfg.Queue, leasing.ListenerOptions{})
 	if err != nil {
 		stop()
 		return ThroughputPhase{}, err
@@ -329,7 +329,7 @@ func throughputPhase(ctx context.Context, cfg Config, pool *pgxpool.Pool, store 
 }
 
 // waitListening waits until listener has its LISTEN in place.
-func waitListening(ctx context.Context, listener *processor.Listener) error {
+func waitListening(ctx context.Context, listener *leasing.Listener) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for listener.BackendPID() == 0 {
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -379,7 +379,7 @@ func pickupPhase(ctx context.Context, cfg Config, pool *pgxpool.Pool, store *lea
 	)
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	listener, err := processor.NewListener(pool.Config().ConnConfig, cfg.Queue, processor.ListenerOptions{})
+	listener, err := leasing.NewListener(pool.Config().ConnConfig, cfg.Queue, leasing.ListenerOptions{})
 	if err != nil {
 		return PickupPhase{}, err
 	}

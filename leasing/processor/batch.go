@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -12,50 +11,26 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// BatchHandler works the leased messages of one claim at once, for
-// handlers that pay a round trip per call rather than per message (an
-// outbox relay publishing to a broker in batches; see BatchPublisher). It
-// runs on a worker slot of a Processor made by NewBatch.
+// BatchHandler works the leased messages of one claim in one call, for
+// handlers that pay a round trip per call rather than per message (see
+// BatchPublisher). It runs on a worker slot of a Processor made by
+// NewBatch.
 //
-// leases holds 1..Options.BatchSize leases, in claim order: those one
-// claim returned, less any lost before the call started and any past
-// RetryPolicy.MaxAttempts (dead-lettered with ErrAttemptsExhausted without
-// a call). The slice is a copy, the handler's to reorder or change; the
-// processor matches outcomes to leases by its own copy. The leases go
-// stale when the call returns: the processor writes their outcomes under
-// their Generation fence and stops renewing them, so the row has its
-// outcome, or is claimed again under a new generation, and a store call
-// made later with one of them changes nothing; keep the messages, not the
-// leases. The handler returns one outcome per lease, in the same
-// order: errs[i] nil writes leases[i] with the queue's success state, an
-// error writes it failed or dead_lettered per the RetryPolicy, as for a
-// Handler. A slice of any other length is a handler bug: every lease of
-// the call is then written failed, or dead-lettered at MaxAttempts, with
-// an error wrapping ErrBatchLength. A panic fails every lease of the call with the
-// panic's text and stack.
+// leases holds 1..Options.BatchSize leases in claim order, less those lost
+// before the call and those past RetryPolicy.MaxAttempts. The slice is the
+// handler's to change; the leases go stale when the call returns. The
+// handler returns one outcome per lease, in the same order, each written
+// as a Handler's return would be; a slice of any other length, or a panic,
+// fails every lease of the call ([ErrBatchLength]).
 //
-// ctx is cancelled when the call runs past Options.HandlerTimeout
-// (context.Cause(ctx) is ErrHandlerTimeout by errors.Is; every lease of
-// the call still held is then written failed, or dead-lettered at
-// MaxAttempts, at once, and what the handler returns later is not
-// written), when the processor shuts down and ShutdownGrace
-// has run out (cause ErrShutdown), or when every lease of the call was
-// lost (cause leasing.ErrLeaseLost). A lease lost while others are still
-// held does not cancel ctx: its outcome is simply not written (counted
-// lease_lost and persist_skipped), whatever errs holds for it. Delivery is
-// at least once, as for a Handler: a handler may see a message again after
-// a lost lease, a timeout or a crash, so it must be idempotent.
-//
-// With Options.TracerProvider, ctx carries the "process <queue>" span of
-// the call, linked to the process span of each lease (the package
-// documentation, Tracing).
+// ctx is cancelled as a Handler's is (timeout, shutdown), and when every
+// lease of the call was lost; a lease lost while others are held is simply
+// not written. Delivery is at least once: handlers must be idempotent.
+// With Options.TracerProvider, ctx carries the call's span.
 type BatchHandler func(ctx context.Context, leases []leasing.Lease) (errs []error)
 
 // BatchPublisher publishes the messages of one claim to a broker in one
-// call, e.g. each to its msg.Topic. It returns one outcome per message, in
-// the order of msgs: nil once the broker has accepted that message, else
-// its error. ctx and the rules on the returned slice are those of a
-// BatchHandler.
+// call and returns one outcome per message, in order, as a BatchHandler.
 type BatchPublisher func(ctx context.Context, msgs []leasing.Message) (errs []error)
 
 // Handler returns p as a BatchHandler for an outbox Processor (NewBatch).
@@ -69,39 +44,22 @@ func (p BatchPublisher) Handler() BatchHandler {
 	}
 }
 
-// ErrBatchLength is wrapped by the error a Processor writes (as failed, or
-// dead_lettered per the RetryPolicy) for every lease of a BatchHandler
-// call that returned a slice whose length is not the number of leases it
-// was given, for example "processor: batch handler returned the wrong
-// number of outcomes: 2 for 3 messages".
+// ErrBatchLength is wrapped by the error written for every lease of a
+// BatchHandler call that returned the wrong number of outcomes.
 var ErrBatchLength = errors.New("processor: batch handler returned the wrong number of outcomes")
 
-// NewBatch returns a processor that claims from store and passes the
-// leases of each claim to handler in one call (BatchHandler). Call Run to
-// start it. It takes the Options of New, with these meanings:
+// NewBatch returns a processor that passes the leases of each claim to
+// handler in one call. It takes the Options of New; BatchSize is then the
+// most leases a call receives, Concurrency the number of calls running at
+// once, and HandlerTimeout bounds one call.
 //
-//   - BatchSize is the most messages one claim takes, and so one handler
-//     call receives (set it to the broker's limit per call);
-//   - Concurrency is the number of handler calls running at once, so up to
-//     Concurrency × BatchSize leases are held;
-//   - HandlerTimeout bounds one handler call, whatever its size.
-//
-// Everything else is as for New: each lease of a call is renewed by the
-// heartbeat until its outcome is written, the outcomes of a call are
-// written together (one store call per kind of outcome), and shutdown
-// releases claimed leases whose call has not started.
-//
-// Errors: a *leasing.ArgumentError (errors.Is leasing.ErrInvalidArgument)
-// for a nil store or handler or a bad option; else the meter's error
-// creating the counters.
+// Errors: as for New.
 func NewBatch(store Store, handler BatchHandler, opts Options) (*Processor, error) {
 	return newProcessor(store, handler != nil, opts, func(p *Processor) { p.batch = handler })
 }
 
-// dispatchBatch starts a worker for each claim's waiting leases, up to
-// BatchSize a call, while slots are free. The loop claims only while a
-// slot is free and dispatches right after, so the leases waiting here are
-// those of one claim.
+// dispatchBatch starts a worker per claim's waiting leases while slots
+// are free: the loop claims only with a slot free, so they are one claim's.
 func (r *run) dispatchBatch() {
 	for r.running < r.p.opts.Concurrency && len(r.waiting) > 0 {
 		n := min(len(r.waiting), r.p.opts.BatchSize)
@@ -132,7 +90,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	keep := 0
 	for i, h := range hs {
 		l := leases[i]
-		_, h.span = r.p.tracer.startProcess(h.ctx, l) // before the timeout starts, and read after the outcome's submit
+		r.p.ev.processStarted(h, l)
 		if err := exhausted(policy, l); err != nil {
 			dead = append(dead, r.batchOutcomes([]*heldLease{h}, []error{err})...)
 			continue
@@ -148,7 +106,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 		return
 	}
 
-	ctx, span := r.p.tracer.startBatch(r.base, hs)
+	ctx, span := r.p.ev.batchStarted(r.base, hs)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
@@ -156,7 +114,7 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	errs := r.handleBatch(ctx, leases)
 	timedOut := stopTimeout()
 	stopWatch()
-	endBatch(span, errs, timedOut)
+	r.p.ev.batchEnded(span, errs, timedOut)
 	if pws := r.batchOutcomes(hs, errs); len(pws) > 0 {
 		r.w.submit(pws...)
 	}
@@ -192,7 +150,7 @@ func watchBatch(hs []*heldLease, cancel context.CancelCauseFunc) (stop func()) {
 // lease: a panic, or a result of the wrong length, fails every lease.
 func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []error) {
 	var failed error // the first error among errs, for the handler_duration outcome
-	defer r.p.metrics.observeHandler(time.Now(), &failed)
+	defer r.p.ev.handlerDone(time.Now(), &failed)
 	defer func() {
 		if v := recover(); v != nil {
 			errs = repeatErr(len(leases), r.panicked(leases, v))
@@ -207,7 +165,7 @@ func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []e
 	errs = r.p.batch(ctx, slices.Clone(leases))
 	if len(errs) != len(leases) {
 		err := fmt.Errorf("%w: %d for %d messages", ErrBatchLength, len(errs), len(leases))
-		r.p.batchWrongLength(leases, len(errs))
+		r.p.ev.batchWrongLength(leases, len(errs))
 		errs = repeatErr(len(leases), err)
 	}
 	return errs
@@ -232,13 +190,4 @@ func (r *run) batchOutcomes(hs []*heldLease, errs []error) []pendingWrite {
 		}
 	}
 	return pws
-}
-
-// batchWrongLength logs a batch handler call that returned got outcomes
-// for leases (error: a handler bug; every lease is written failed).
-func (p *Processor) batchWrongLength(leases []leasing.Lease, got int) {
-	if p.log.enabled(slog.LevelError) {
-		p.log.log(slog.LevelError, "batch handler returned the wrong number of outcomes",
-			batchAttrs(leases, slog.Int("outcomes", got))...)
-	}
 }

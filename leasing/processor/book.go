@@ -43,8 +43,7 @@ type heldLease struct {
 // its methods; mu is its own.
 type book struct {
 	leaseFor time.Duration
-	metrics  *metrics // counts lease_lost and persist_skipped
-	log      logger   // logs lost leases; the zero logger logs nothing
+	ev       *events
 
 	mu sync.Mutex
 	// held maps each message id to the live lease held on it.
@@ -54,8 +53,8 @@ type book struct {
 	lostAt map[uuid.UUID]time.Time
 }
 
-func newBook(leaseFor time.Duration, m *metrics) *book {
-	return &book{leaseFor: leaseFor, metrics: m, held: make(map[uuid.UUID]*heldLease), lostAt: make(map[uuid.UUID]time.Time)}
+func newBook(leaseFor time.Duration, ev *events) *book {
+	return &book{leaseFor: leaseFor, ev: ev, held: make(map[uuid.UUID]*heldLease), lostAt: make(map[uuid.UUID]time.Time)}
 }
 
 // track starts holding leases claimed with a call sent at sent; their
@@ -105,7 +104,7 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 		return leasing.Lease{}, false
 	}
 	if h.lost {
-		count(b.metrics.skipped, 1)
+		b.ev.skipped()
 		return leasing.Lease{}, false
 	}
 	h.state = state
@@ -144,7 +143,7 @@ func (b *book) stopWaiting(waiting []*heldLease) []pendingWrite {
 	var release []pendingWrite
 	for _, h := range waiting {
 		if h.lost {
-			count(b.metrics.skipped, 1)
+			b.ev.skipped()
 			continue
 		}
 		h.state = stateWriting
@@ -195,8 +194,7 @@ func (b *book) markLost(h *heldLease) {
 	if b.held[h.lease.Message.ID] == h {
 		delete(b.held, h.lease.Message.ID)
 	}
-	count(b.metrics.lost, 1)
-	b.log.leaseLost(h)
+	b.ev.leaseLost(h)
 }
 
 // rememberLost records that the lease on id was given up, so that orphan
@@ -299,16 +297,12 @@ func (hb heartbeat) renew(ctx context.Context) {
 		batch := leases[:min(len(leases), leasing.MaxBatchSize)]
 		leases = leases[len(batch):]
 		sent := time.Now()
-		sctx, span := p.tracer.startRenew(rctx, len(batch))
+		sctx, span := p.ev.renewStarted(rctx, len(batch))
 		res, err := p.store.Renew(sctx, p.opts.LeaseDuration, batch...)
 		p.noteWrite() // a renew leaves dead row versions too
-		endRenew(span, res, err)
-		if err != nil {
-			if ctx.Err() == nil { // not the heartbeat stopping
-				p.renewFailed(len(batch), err)
-			}
-			continue
+		p.ev.renewed(span, len(batch), res, err, ctx.Err() != nil)
+		if err == nil {
+			hb.book.applyRenew(batch, res, sent)
 		}
-		hb.book.applyRenew(batch, res, sent)
 	}
 }

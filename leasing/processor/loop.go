@@ -15,10 +15,8 @@ import (
 )
 
 // run is the state of one Run call: the claim loop, which claims batches
-// and dispatches their leases to workers. Its loop goroutine alone touches
-// waiting, running and sweepUntil; workers count themselves in finished and
-// signal freed, and the writer calls claimEarly. The leases themselves are
-// in the book, under its lock.
+// and dispatches their leases to workers. Only the loop goroutine touches
+// waiting, running, sweepUntil and allowed; the leases are in the book.
 type run struct {
 	p        *Processor
 	base     context.Context // Run's values, never cancelled
@@ -30,14 +28,8 @@ type run struct {
 	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
 	wg       sync.WaitGroup // workers
 
-	// sweepUntil is set after a failed claim: until then, each claim is
-	// preceded by a ReleaseOrphans sweep, since the failed claim may have
-	// committed leases this processor never saw.
-	sweepUntil time.Time
-	// allowed is set once the store's PrivilegeChecker found nothing
-	// missing (at once for a store without one); until then each claim is
-	// replaced by the check.
-	allowed bool
+	sweepUntil time.Time // after a failed claim: sweep orphans before each claim until then
+	allowed    bool      // the PrivilegeChecker found nothing missing; until then it replaces each claim
 
 	earlyClaim   chan struct{} // capacity 1: a message may be due within earlyClaimIn
 	earlyClaimMu sync.Mutex    // guards earlyClaimIn
@@ -48,10 +40,9 @@ func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 	return &run{p: p, base: base, book: book, w: w, freed: make(chan struct{}, 1), earlyClaim: make(chan struct{}, 1)}
 }
 
-// claimEarly tells the loop that a message may be due within d (a failed
-// outcome's retry delay; 0 for the next message of a key just freed), so
-// that it claims then rather than at the next poll when that is sooner. d
-// is on the store's clock; the loop treats it as a hint.
+// claimEarly tells the loop that a message may be due within d (on the
+// store's clock; a hint), so that it claims then if that is before the
+// next poll.
 func (r *run) claimEarly(d time.Duration) {
 	r.earlyClaimMu.Lock()
 	if r.earlyClaimIn == 0 || d < r.earlyClaimIn {
@@ -128,21 +119,17 @@ func (r *run) loop(ctx context.Context) {
 	}
 }
 
-// Poll backoff with a WorkSignal. The signal (the insert trigger of
-// migration 00009) is rate-limited, about 100 notifications a second per
-// table at most, so a row that commits just after the notification that
-// woke the processor may have none of its own: after a claim that found
-// work the processor claims again signalRepoll later, and while claims
-// find nothing doubles the wait up to signalRepollMax (2, 4, ... 64 ms:
-// 126 ms in all); after that it waits PollInterval, the ceiling, between
-// claims until a wake comes.
+// Poll backoff with a WorkSignal: the insert trigger notifies at most about
+// 100 times a second per table, so a row may commit without a notification
+// of its own. After a claim that found work the loop claims again
+// signalRepoll later, doubling the wait while claims find nothing up to
+// signalRepollMax, then waits PollInterval.
 const (
 	signalRepoll    = 2 * time.Millisecond
 	signalRepollMax = 64 * time.Millisecond
 )
 
-// pollBackoff is the wait before the next poll of a processor with a
-// WorkSignal.
+// pollBackoff is the wait before the next poll with a WorkSignal.
 type pollBackoff struct {
 	wait time.Duration // last short wait; 0 once at the ceiling
 }
@@ -163,8 +150,8 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 }
 
 // claim takes one batch and queues it for dispatch. It reports whether the
-// batch was full, so that more messages may be due, and how many messages
-// it took (leased or parked), -1 when it failed.
+// batch was full and how many messages it took (leased or parked), -1 when
+// it failed.
 func (r *run) claim() (full bool, found int) {
 	p := r.p
 	if !r.allowed && !r.checkPrivileges() {
@@ -177,40 +164,32 @@ func (r *run) claim() (full bool, found int) {
 	defer cancel()
 	sent := time.Now()
 	leases, err := p.store.Claim(ctx, p.claimRequest)
-	p.metrics.observeClaim(time.Since(sent), leases, p.claimRequest.LeaseFor)
-	parked := 0
-	if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
-		// The claim dead-lettered rows it could not lease; its leases are
-		// good. The parked rows took batch slots, so more may be due.
-		p.claimParked(pe)
-		parked = len(pe.Parked)
-		count(p.metrics.parked, parked)
-		err = nil
+	pe := (*leasing.ParkedError)(nil)
+	if errors.As(err, &pe) {
+		err = nil // the claim dead-lettered rows it could not lease; its leases are good
 	}
+	base := p.ev.claimed(r.base, sent, leases, pe, err)
 	if err != nil {
-		p.tracer.claimed(r.base, sent, p.claimRequest, nil, 0, err)
-		p.claimFailed(err)
-		// The claim may have committed before its reply was lost; its
-		// leases would then count an attempt nobody ran. Past one lease
-		// duration they have expired and been reclaimed anyway. Counted
-		// from now, not from when the claim was sent: a slow claim's
-		// leases expire one lease duration after it ran.
+		// The claim may have committed before its reply was lost: sweep
+		// for one lease duration from now, when such leases have expired.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
 		return false, -1
 	}
-	count(p.metrics.acquired, len(leases))
-	if len(leases)+parked > 0 {
+	found = len(leases)
+	if pe != nil {
+		found += len(pe.Parked) // parked rows took batch slots, so more may be due
+	}
+	if found > 0 {
 		p.noteWrite()
 	}
-	base := p.tracer.claimed(r.base, sent, p.claimRequest, leases, parked, nil)
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
-	return len(leases)+parked >= p.opts.BatchSize, len(leases) + parked
+	return found >= p.opts.BatchSize, found
 }
 
-// checkPrivileges asks a store that implements PrivilegeChecker whether
-// its role may run the processor's statements, and reports whether it
-// may. A *leasing.PrivilegeError stops the processor; another error is
-// reported, and the next claim asks again.
+// checkPrivileges asks a PrivilegeChecker store whether its role may run
+// the processor's statements and reports whether it may. A
+// *leasing.PrivilegeError stops the processor; the check is asked again
+// after another error.
 func (r *run) checkPrivileges() bool {
 	p := r.p
 	c, ok := p.store.(PrivilegeChecker)
@@ -220,10 +199,10 @@ func (r *run) checkPrivileges() bool {
 		err := c.CheckPrivileges(ctx)
 		switch pe := (*leasing.PrivilegeError)(nil); {
 		case errors.As(err, &pe):
-			p.refuse(p.privilegesMissing(err))
+			p.refuse(p.ev.privilegesMissing(err))
 			return false
 		case err != nil:
-			p.privilegeCheckFailed(err)
+			p.ev.privilegeCheckFailed(err)
 			return false
 		}
 	}
@@ -232,17 +211,15 @@ func (r *run) checkPrivileges() bool {
 }
 
 // sweepOrphans releases the rows leased to this processor's owner that it
-// neither holds nor lost recently, returning their attempts. It runs on the
-// loop goroutine between claims, so no claim of this processor is in flight.
-// Sweeps go on until sweepUntil, as the failed claim may commit on the server
-// after the first sweep. It reports whether the sweep succeeded.
+// neither holds nor lost recently, and reports whether it succeeded. It
+// runs between claims, so no claim of this processor is in flight.
 func (r *run) sweepOrphans() bool {
 	p := r.p
 	known := r.book.known()
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	if _, err := p.store.ReleaseOrphans(ctx, p.claimRequest.Owner, known); err != nil {
-		p.sweepFailed(err)
+		p.ev.sweepFailed(err)
 		return false
 	}
 	return true
@@ -263,8 +240,7 @@ func (r *run) dispatch() {
 			continue
 		}
 		r.startWorker(func() {
-			ctx, span := r.p.tracer.startProcess(h.ctx, lease)
-			h.span = span // before the timeout starts, and read after the outcome's submit
+			ctx := r.p.ev.processStarted(h, lease)
 			stopTimeout := r.startTimeout([]*heldLease{h}, nil, nil)
 			err := r.handle(ctx, lease)
 			stopTimeout()
@@ -296,7 +272,7 @@ func (r *run) handle(ctx context.Context, lease leasing.Lease) (err error) {
 	if err := exhausted(r.p.opts.RetryPolicy, lease); err != nil {
 		return err
 	}
-	defer r.p.metrics.observeHandler(time.Now(), &err) // after the recover below has set err
+	defer r.p.ev.handlerDone(time.Now(), &err) // after the recover below has set err
 	defer func() {
 		if v := recover(); v != nil {
 			err = r.panicked([]leasing.Lease{lease}, v)
@@ -320,33 +296,21 @@ func exhausted(policy RetryPolicy, lease leasing.Lease) error {
 // them: errHandlerPanicked with v's text and the stack.
 func (r *run) panicked(leases []leasing.Lease, v any) error {
 	stack := debug.Stack()
-	r.p.handlerPanicked(leases, v, stack)
+	r.p.ev.handlerPanicked(leases, v, stack)
 	return fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
 }
 
-// startTimeout starts the HandlerTimeout of a handler call over hs (one
-// lease for New, the leases of the call for NewBatch), which has just
-// started; cancel (nil for New) cancels the call's own context and span
-// is the call's span (nil for New, or without tracing). It returns the
-// function that stops the timeout once the call returned and reports
-// whether the timeout timed out a lease: that function returns only after
-// a timeout that fired has handed its outcomes to the writer, so that the
-// worker's wg.Done comes after that submit and shutdown writes it.
+// startTimeout starts the HandlerTimeout of a call over hs that has just
+// started (span and cancel are the batch call's, nil for New). The
+// returned stop reports whether the timeout fired on a lease, and returns
+// only after such a timeout has submitted its outcomes.
 func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (timedOut bool)) {
 	d := r.p.opts.HandlerTimeout
 	if d == NoHandlerTimeout {
 		return func() bool { return false }
 	}
 	fired := make(chan bool, 1)
-	t := time.AfterFunc(d, func() {
-		timedOut := r.timeOut(hs, cancel)
-		if timedOut {
-			// Only then: leases all lost or written before the timeout
-			// leave the call's span without error.type.
-			handlerTimedOutSpan(span, d)
-		}
-		fired <- timedOut
-	})
+	t := time.AfterFunc(d, func() { fired <- r.timeOut(hs, span, cancel) })
 	return func() bool {
 		if t.Stop() {
 			return false
@@ -355,15 +319,12 @@ func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.Canc
 	}
 }
 
-// timeOut ends the attempts of the leases of hs whose handler call ran
-// past HandlerTimeout and are still running: their handler contexts, and
-// the call's with cancel when not nil, are cancelled with an
-// ErrHandlerTimeout cause, and their failures go to the writer at once, in
-// one submit, whether or not the call returns. Writing them untracks the
-// leases, so the heartbeat stops renewing them; what the call returns
-// later is dropped by settle. Leases whose call returned first, or that
-// were lost, are left alone. It reports whether it timed out any lease.
-func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
+// timeOut ends the attempts of the leases of hs still running past
+// HandlerTimeout: their contexts (and the call's) are cancelled with an
+// ErrHandlerTimeout cause and their failures submitted at once, so the
+// heartbeat stops renewing them and settle drops what the call returns
+// later. It reports whether it timed out any lease.
+func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) bool {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	var (
 		timedOut []*heldLease
@@ -375,7 +336,6 @@ func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 		if !ok {
 			continue
 		}
-		handlerTimedOutSpan(h.span, r.p.opts.HandlerTimeout)
 		timedOut = append(timedOut, h)
 		leases = append(leases, lease)
 		pws = append(pws, r.outcome(h, lease, err))
@@ -389,7 +349,7 @@ func (r *run) timeOut(hs []*heldLease, cancel context.CancelCauseFunc) bool {
 	if len(pws) == 0 {
 		return false
 	}
-	r.p.handlerTimedOut(leases)
+	r.p.ev.handlerTimedOut(span, timedOut, leases)
 	r.w.submit(pws...)
 	return true
 }
@@ -402,26 +362,25 @@ func (r *run) finish(h *heldLease, err error) {
 	}
 }
 
-// settle returns the write of the outcome of h's handler, err, and ends
-// h's handler context; or reports false when h was lost meanwhile (its
-// process span ends as lost) or timed out (the timeout's write ends it).
+// settle returns the write of h's outcome err and ends h's context, or
+// reports false when h was lost (its span ends so) or timed out meanwhile.
 func (r *run) settle(h *heldLease, err error) (pendingWrite, bool) {
 	lease, ok := r.book.advance(h, stateWriting)
 	if !ok {
 		if r.book.isLost(h) {
-			endLost(h.span)
+			r.p.ev.processLost(h)
 		}
 		return pendingWrite{}, false
 	}
-	handlerReturned(h.span, err)
+	r.p.ev.handlerReturned(h, err)
 	pw := r.outcome(h, lease, err)
 	h.cancel(context.Canceled)
 	return pw, true
 }
 
-// outcome returns the write for lease's attempt, which ended with err (nil
-// for success): failed with no retry delay after a shutdown cancelled h,
-// else failed with the policy's backoff or dead_lettered.
+// outcome returns the write for lease's attempt ended with err: complete;
+// failed without delay after a shutdown; else failed with the policy's
+// backoff or dead_lettered.
 func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite {
 	policy := r.p.opts.RetryPolicy
 	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}

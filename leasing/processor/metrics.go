@@ -13,15 +13,11 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// TracerName is the instrumentation scope name of the spans a Processor
-// starts (trace.TracerProvider.Tracer on Options.TracerProvider): filter
-// or sample the processor's spans by it. The stores' send spans have
-// leasing.TracerName.
+// TracerName is the instrumentation scope of the processor's spans; the
+// stores' send spans have leasing.TracerName.
 const TracerName = instrumentationScope
 
-// instrumentationScope is the processor's instrumentation scope name: its
-// tracer's (TracerName) and the meter name New uses when it makes its own
-// no-op meter; callers pass their meter in Options.Meter.
+// instrumentationScope names the processor's tracer and its no-op meter.
 const instrumentationScope = "github.com/leasestore/leasestore/leasing/processor"
 
 // MetricName returns the name of a queue's instrument: "litebus.<queue>.<name>",
@@ -40,39 +36,18 @@ func SucceededCounter(q leasing.Queue) string {
 	return "processor.succeeded"
 }
 
-// Histogram bucket boundaries, in seconds, passed with
-// metric.WithExplicitBucketBoundaries (the package documentation lists
-// them); a MeterProvider view may replace them.
+// Histogram bucket boundaries in seconds (docs/processor.md says why); a
+// MeterProvider view may replace them.
 var (
-	// handlerDurationBuckets are the boundaries of
-	// litebus.<queue>.processor.handler_duration: 1 ms to 5 minutes in
-	// 1-2.5-5 steps, since handlers range from an in-memory update (about
-	// a millisecond) through a broker publish or an HTTP call (tens to
-	// hundreds of milliseconds) to batch work near DefaultHandlerTimeout
-	// (1 minute) and beyond it with NoHandlerTimeout.
+	// handler_duration: 1 ms to 5 minutes.
 	handlerDurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	// queueLagBuckets are the boundaries of
-	// litebus.<queue>.processor.queue_lag: 1 ms to 1 hour. A woken
-	// processor with free slots claims within milliseconds, a polling one
-	// within DefaultPollInterval (1 second); a reclaim follows a lease
-	// expiry by up to a poll interval; tens of seconds to an hour mean a
-	// backlog the processors do not keep up with.
+	// queue_lag: 1 ms to 1 hour.
 	queueLagBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
-	// storeCallBuckets are the boundaries of
-	// litebus.<queue>.processor.claim_duration and
-	// litebus.<queue>.processor.write_duration: 0.5 ms to 30 seconds. A
-	// claim or an outcome write is one round trip and one commit, under a
-	// millisecond on a local server and a few milliseconds across a
-	// network; tens to hundreds of milliseconds mean a busy server, a slow
-	// fsync or a long index scan, and seconds a lock wait up to
-	// leasing.DefaultLockTimeout (5 seconds) or a call cut off at
-	// LeaseDuration.
+	// claim_duration and write_duration: 0.5 ms to 30 seconds.
 	storeCallBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 )
 
-// metrics are a processor's instruments, named
-// litebus.<queue>.processor.<name>: counters (Int64Counter, unit
-// {message}) and histograms (Float64Histogram, unit s).
+// metrics are a processor's instruments, litebus.<queue>.processor.<name>.
 type metrics struct {
 	acquired     metric.Int64Counter // leases_acquired: leases a claim returned
 	lost         metric.Int64Counter // lease_lost: leases a renew (or claim) found lost
@@ -89,8 +64,7 @@ type metrics struct {
 	writeDuration   metric.Float64Histogram // write_duration: one outcome-write call, attribute operation
 }
 
-// newMetrics makes the counters of a processor of queue q on meter; nil
-// makes no-op counters.
+// newMetrics makes the instruments of queue q on meter; nil makes no-ops.
 func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 	if meter == nil {
 		meter = noop.NewMeterProvider().Meter(instrumentationScope)
@@ -154,13 +128,9 @@ var (
 	}()
 )
 
-// observeClaim records one Claim call that took took and returned leases,
-// claimed with lease duration leaseFor: its claim_duration, and the
-// queue_lag of each lease. A lease's claim time is its ExpiresAt less
-// leaseFor (the claim sets the expiry to its now + leaseFor, at the
-// store's microsecond precision), so the lag is measured on the store's
-// clock alone; leases without a DueAt (a Store that does not set it) are
-// not recorded.
+// observeClaim records a Claim call that took took and its leases'
+// queue_lag, on the store's clock alone: a lease was claimed at its
+// ExpiresAt less leaseFor. Leases without a DueAt are not recorded.
 func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, leaseFor time.Duration) {
 	ctx := context.Background()
 	m.claimDuration.Record(ctx, took.Seconds())
@@ -173,8 +143,8 @@ func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, lease
 	}
 }
 
-// observeHandler records, deferred from the handler call that started at
-// start, its handler_duration with the outcome of *err.
+// observeHandler records, deferred, the handler_duration of a call that
+// started at start, with the outcome of *err.
 func (m *metrics) observeHandler(start time.Time, err *error) {
 	opt := outcomeSuccess
 	if *err != nil {
@@ -183,9 +153,8 @@ func (m *metrics) observeHandler(start time.Time, err *error) {
 	m.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), opt)
 }
 
-// timedWrite returns call, a store call writing outcomes of kind, that
-// records the write_duration of each call.
-func (m *metrics) timedWrite(kind writeKind, call func(context.Context) (leasing.WriteResult, error)) func(context.Context) (leasing.WriteResult, error) {
+// timedWrite returns call recording the write_duration of each try.
+func (m *metrics) timedWrite(kind writeKind, call storeWrite) storeWrite {
 	return func(ctx context.Context) (leasing.WriteResult, error) {
 		start := time.Now()
 		res, err := call(ctx)
@@ -194,28 +163,12 @@ func (m *metrics) timedWrite(kind writeKind, call func(context.Context) (leasing
 	}
 }
 
-// RegisterQueueGauges registers observable gauges for each store's queue on
-// meter and feeds them from leasing.Store.Stats, once per store on every
-// collection:
-//
-//   - litebus.<queue>.queue.depth, Int64ObservableGauge, unit {message}: rows
-//     per status, attribute "status" (every status of the queue, 0 included);
-//   - litebus.<queue>.queue.expired_leases, Int64ObservableGauge, unit
-//     {lease}: in-flight rows whose lease expired and that no claim has
-//     reclaimed yet;
-//   - litebus.<queue>.queue.oldest_due_age, Float64ObservableGauge, unit s:
-//     seconds since the oldest due row was created, 0 when none is due;
-//   - litebus.<queue>.queue.waiting, Int64ObservableGauge, unit {message}:
-//     messages waiting behind their ordering key's head;
-//   - litebus.<queue>.queue.oldest_head_age, Float64ObservableGauge, unit s:
-//     how long the head that messages have waited behind longest has held
-//     its key (leasing.Stats.OldestHeadAge), 0 when none waits.
-//
-// Values are read at the store's clock. A Stats error leaves that store's
-// gauges unobserved for the collection and is returned from the callback
-// (the SDK hands it to its error handler). leasing.Postgres.Stats scans the
-// table, so collect every few seconds at most. Unregister the returned
-// Registration to stop observing.
+// RegisterQueueGauges registers the litebus.<queue>.queue.* gauges
+// (docs/processor.md lists them) for each store's queue on meter, fed from
+// leasing.Store.Stats once per store on every collection. A Stats error
+// leaves that store's gauges unobserved and is returned from the callback.
+// leasing.Postgres.Stats scans the table: collect every few seconds at
+// most. Unregister the returned Registration to stop observing.
 //
 // Errors: a *leasing.ArgumentError for a nil meter, no stores, a nil store
 // or two stores of one queue; else the meter's instrument errors.

@@ -59,80 +59,48 @@ type Options struct {
 	// 1..MaxConcurrency. Defaults to 4.
 	Concurrency int
 	// PollInterval is the longest wait between two claims while slots are
-	// free and the last claim found too few due messages, > 0: a message
-	// due while no signal arrives is claimed within it. Without a
-	// WorkSignal the processor claims every PollInterval. With one it is
-	// the ceiling the polling backs off to: the processor claims again 2
-	// ms after a claim that found work (a row that commits just after a
-	// wake may have no notification of its own; see migration 00009),
-	// doubling the wait while claims find nothing, 2, 4, ... 64 ms (126
-	// ms in all), then every PollInterval until a wake. An idle processor
-	// thus sends one claim per PollInterval. Defaults to 1 second, or
-	// DefaultSignalledPollInterval (10 seconds) with a WorkSignal.
+	// free and the last claim found too few due messages, > 0. With a
+	// WorkSignal it is the ceiling: the processor claims again 2, 4, ...
+	// 64 ms after a claim that found work (docs/processor.md, Work signal).
+	// Defaults to 1 second, or DefaultSignalledPollInterval with a
+	// WorkSignal.
 	PollInterval time.Duration
 	// RetryPolicy decides the retry delay after a handler error and when
-	// to dead-letter. Defaults to the zero RetryPolicy (5 attempts, 1s
-	// doubling up to 5 minutes).
+	// to dead-letter. Defaults to the zero RetryPolicy.
 	RetryPolicy RetryPolicy
-	// HandlerTimeout is how long one handler call may run, on the
-	// processor's clock from the moment its worker starts it, > 0 or
-	// NoHandlerTimeout (no limit). Past it the handler's context is
-	// cancelled with cause ErrHandlerTimeout and, at once, without waiting
-	// for the handler to return, the attempt is written as failed (due
-	// again after RetryPolicy.Backoff) or dead_lettered per the
-	// RetryPolicy, with ErrHandlerTimeout's text and the timeout: the lease
-	// is no longer renewed, and whatever the handler returns later is not
-	// written. A handler that ignores its context keeps its worker slot
-	// until it returns, and may then run beside a retry of its message.
-	// Keep it above the longest handler call you expect; set
-	// NoHandlerTimeout for handlers that must run longer (their leases are
-	// renewed for as long as they run). Defaults to 1 minute.
+	// HandlerTimeout bounds one handler call, > 0: past it the call's
+	// context is cancelled (ErrHandlerTimeout) and its attempt is written
+	// failed at once. NoHandlerTimeout lets handlers run as long as they
+	// take. Defaults to 1 minute.
 	HandlerTimeout time.Duration
-	// ShutdownGrace is how long running handlers may go on after shutdown
+	// ShutdownGrace is how long running handlers may go on once shutdown
 	// starts before their contexts are cancelled, > 0. Defaults to 10
 	// seconds.
 	ShutdownGrace time.Duration
-	// Meter receives the processor counters (see the package
-	// documentation). nil records nothing.
+	// Meter receives the processor's metrics (docs/processor.md lists
+	// them); nil, the default, records nothing.
 	Meter metric.Meter
-	// TracerProvider, when not nil, traces the processor (see the package
-	// documentation, Tracing): a "process <queue>" span per handled
-	// message, linked to the trace context its enqueue stored in its
-	// headers (leasing.PostgresOptions.TracerProvider) and carried by the
-	// handler's context, and a span per claim that took or parked
-	// messages or failed (an idle poll traces nothing), per renew and per
-	// outcome write. nil, the default, starts no span.
+	// TracerProvider starts the processor's spans; nil starts none.
 	TracerProvider trace.TracerProvider
-	// Logger, when not nil, receives the processor's structured events
-	// (see the package documentation, Logging), each with the attributes
-	// queue and owner. nil, the default, logs nothing: a library should not
-	// write to a program's log unasked, and OnError already receives every
-	// error; pass slog.Default() to log to the program's default logger.
-	// A successful message logs nothing at info or above.
+	// Logger receives the processor's log records, each with queue and
+	// owner; nil, the default, logs nothing (pass slog.Default() for the
+	// program's log).
 	Logger *slog.Logger
 	// WorkSignal, when not nil, wakes the processor to claim before the
 	// poll interval ends.
 	WorkSignal WorkSignal
 	// OnError, when not nil, receives the errors the processor handles by
-	// trying again later: claim, renew and outcome-write failures, claims
-	// that parked messages (a *leasing.ParkedError; the claim's leases are
-	// worked), and
-	// vacuum policy failures (leasing.ErrVacuumNotAllowed once, when the
-	// user may not VACUUM the tables). It may be called from several
+	// trying again later (claim, renew, outcome write, vacuum), and each
+	// *leasing.ParkedError of a claim. It may be called from several
 	// goroutines at once and must not block.
 	OnError func(error)
 	// Vacuum is the policy by which the processor vacuums its queue's
-	// table and its ordering keys' table while it runs, on a store that is
-	// a Vacuumer (*leasing.Postgres; see KeepVacuumed): every processor of
-	// a queue may run it, at most one VACUUM of a table runs at a time.
-	// The zero value is on, with the defaults; set Disabled to leave the
-	// tables to autovacuum.
+	// tables on a Vacuumer store. The zero value is on, with the defaults.
 	Vacuum VacuumPolicy
 }
 
 // resolve returns o with defaults filled in for queue q, and the claim
-// request the processor sends, its owner made from o.Owner. The claim's
-// fields are checked by leasing.ClaimRequest.Validate.
+// request the processor sends.
 //
 // Errors: a *leasing.ArgumentError naming the first bad option.
 func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error) {

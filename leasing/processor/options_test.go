@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -102,22 +101,4 @@ func TestProcessorOptions(t *testing.T) {
 			})
 		}
 	})
-}
-
-func TestListenerOptions(t *testing.T) {
-	t.Parallel()
-	cfg, err := pgx.ParseConfig("postgres://postgres@127.0.0.1:5432/postgres")
-	require.NoError(t, err)
-	_, err = processor.NewListener(cfg, leasing.Inbox, processor.ListenerOptions{})
-	require.NoError(t, err)
-	for _, opts := range []processor.ListenerOptions{
-		{ProbeWait: -time.Second},
-		{MinBackoff: time.Second, MaxBackoff: time.Millisecond},
-	} {
-		_, err = processor.NewListener(cfg, leasing.Inbox, opts)
-		var argErr *leasing.ArgumentError
-		require.ErrorAs(t, err, &argErr, "%+v", opts)
-	}
-	_, err = processor.NewListener(nil, leasing.Inbox, processor.ListenerOptions{})
-	require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 }

@@ -42,21 +42,18 @@ var _ Store = leasing.Store(nil)
 // for the outbox it publishes it (see Publisher). It runs on a worker slot
 // of a Processor.
 //
-// ctx is cancelled when the lease is lost (context.Cause(ctx) is
-// leasing.ErrLeaseLost), when the call runs past Options.HandlerTimeout
-// (context.Cause(ctx) is ErrHandlerTimeout, by errors.Is) or when the
-// processor shuts down and ShutdownGrace has run out (context.Cause(ctx) is
-// ErrShutdown); the handler should return soon after. A nil return writes
-// the queue's success state; an error (or a panic) writes failed or
-// dead_lettered per the RetryPolicy. Whatever it returns after its lease
-// was lost or its timeout was written is not written. Delivery is at least
-// once: a handler may see the same message again after a lost lease or a
-// crash, so it must be idempotent.
+// ctx is cancelled, and the handler should return soon after, when the
+// lease is lost (context.Cause(ctx) is leasing.ErrLeaseLost), when the call
+// runs past Options.HandlerTimeout (ErrHandlerTimeout) or when shutdown's
+// ShutdownGrace has run out (ErrShutdown). A nil return writes the queue's
+// success state; an error or a panic writes failed or dead_lettered per the
+// RetryPolicy. What it returns after its lease was lost or its timeout was
+// written is not written. Delivery is at least once: handlers must be
+// idempotent.
 type Handler func(ctx context.Context, lease leasing.Lease) error
 
-// Publisher publishes one outbox message to a broker, e.g. to msg.Topic.
-// It returns nil once the broker has accepted the message. ctx is
-// cancelled as for a Handler.
+// Publisher publishes one outbox message to a broker and returns nil once
+// the broker has accepted it. ctx is cancelled as for a Handler.
 type Publisher func(ctx context.Context, msg leasing.Message) error
 
 // Handler returns p as a Handler for an outbox Processor.
@@ -64,47 +61,33 @@ func (p Publisher) Handler() Handler {
 	return func(ctx context.Context, lease leasing.Lease) error { return p(ctx, lease.Message) }
 }
 
-// ErrShutdown is the cause (context.Cause) of a handler context that a
-// Processor cancelled because it was shutting down and ShutdownGrace ran
-// out. The failed outcome it then writes carries this error's text.
+// ErrShutdown is the cause of a handler context cancelled because
+// ShutdownGrace ran out; the failed outcome then written carries its text.
 var ErrShutdown = errors.New("processor: shut down")
 
-// ErrHandlerTimeout is, by errors.Is, the cause (context.Cause) of a
-// handler context that a Processor cancelled because the handler ran past
-// Options.HandlerTimeout. The failed (or dead-lettered) outcome written
-// for that attempt carries its text and the timeout, for example
-// "processor: handler timed out after 1m0s".
+// ErrHandlerTimeout is, by errors.Is, the cause of a handler context
+// cancelled at Options.HandlerTimeout; the outcome then written carries its
+// text and the timeout, e.g. "processor: handler timed out after 1m0s".
 var ErrHandlerTimeout = errors.New("processor: handler timed out")
 
 // errHandlerPanicked wraps the error of an attempt whose handler panicked.
 var errHandlerPanicked = errors.New("processor: handler panicked")
 
-// ErrAttemptsExhausted is the error a Processor dead-letters a message with,
-// without running its handler, when the message was claimed more than
-// RetryPolicy.MaxAttempts times: the earlier attempts ended without an
-// outcome, e.g. because the handler crashed its process.
+// ErrAttemptsExhausted dead-letters, without a handler call, a message
+// claimed past RetryPolicy.MaxAttempts: its earlier attempts ended without
+// an outcome (the process crashed, say).
 var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an outcome")
 
-// Processor claims due messages of one store's queue, runs a Handler on
-// each in a bounded number of worker slots, and writes each outcome under
-// the lease's fence. The package documentation describes the lifecycle of
-// a claimed message; Options, the knobs.
+// Processor claims due messages of one store's queue and runs a handler on
+// each; the package documentation and docs/processor.md describe its run.
 type Processor struct {
-	store   Store
-	handler Handler      // New's; nil for NewBatch's
-	batch   BatchHandler // NewBatch's; nil for New's
-	opts    Options      // resolved: no zero fields left
-	metrics *metrics
-	tracer  tracer // opts.TracerProvider's; starts no span when nil
-	log     logger // opts.Logger with the queue and owner; writes nothing when nil
-	// claimRequest is what every claim sends: owner, batch size, lease
-	// duration and tenant, checked by New.
-	claimRequest leasing.ClaimRequest
-
-	// wrote holds one value after the processor wrote rows (a claim that
-	// took messages, an outcome write) since the vacuum policy last took
-	// it: the policy reads the dead-row count only then.
-	wrote chan struct{}
+	store        Store
+	handler      Handler      // New's; nil for NewBatch's
+	batch        BatchHandler // NewBatch's; nil for New's
+	opts         Options      // resolved: no zero fields left
+	ev           *events
+	claimRequest leasing.ClaimRequest // what every claim sends, checked by New
+	wrote        chan struct{}        // capacity 1: rows written since the vacuum policy last looked
 
 	stop     chan struct{} // closed when shutdown is requested
 	stopOnce sync.Once
@@ -112,24 +95,18 @@ type Processor struct {
 
 	mu      sync.Mutex // guards started and refused
 	started bool
-	// refused is the first refusal for lack of a privilege that stopped
-	// the processor (the privilege check's, or an outcome write's); Run
-	// returns it.
-	refused error
+	refused error // the first refusal for lack of a privilege; Run returns it
 }
 
-// PrivilegeChecker is implemented by stores that can tell, before the
-// first claim, whether their role may run every statement a processor
-// sends (leasing.Postgres.CheckPrivileges). Run calls it before its first
-// claim, until it answers. A store that wraps a *leasing.Postgres without
-// embedding it is not checked unless it implements this too.
+// PrivilegeChecker is a store that can tell, before the first claim,
+// whether its role may run every statement a processor sends
+// (*leasing.Postgres). Run asks it before its first claim, until it answers.
 type PrivilegeChecker interface {
 	// CheckPrivileges changes nothing and reports whether the store's role
 	// may claim, renew, release and write every outcome.
 	//
-	// Errors: a *leasing.PrivilegeError (errors.Is
-	// leasing.ErrPermissionDenied) when it may not; any other error when
-	// the check could not tell, and Run asks again at its next poll.
+	// Errors: a *leasing.PrivilegeError when it may not; another error when
+	// the check could not tell.
 	CheckPrivileges(ctx context.Context) error
 }
 
@@ -138,17 +115,13 @@ var _ PrivilegeChecker = (*leasing.Postgres)(nil)
 // New returns a processor that claims from store and passes each message
 // to handler. Call Run to start it.
 //
-// Errors: a *leasing.ArgumentError (errors.Is leasing.ErrInvalidArgument)
-// for a nil store or handler or a bad option; else the meter's error
-// creating the counters.
+// Errors: a *leasing.ArgumentError for a nil store or handler or a bad
+// option; else the meter's error creating the instruments.
 func New(store Store, handler Handler, opts Options) (*Processor, error) {
 	return newProcessor(store, handler != nil, opts, func(p *Processor) { p.handler = handler })
 }
 
-// newProcessor returns the processor of New and NewBatch over store with
-// opts, after set has given it its handler, or the errors of New for a nil
-// store, no handler (hasHandler false) or a bad option, checked in that
-// order.
+// newProcessor is New and NewBatch; set gives p its handler.
 func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processor)) (*Processor, error) {
 	if store == nil {
 		return nil, argumentError("store", "must not be nil")
@@ -160,17 +133,14 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(opts.Meter, store.Queue())
-	if err != nil {
-		return nil, err
-	}
 	p := &Processor{
-		store: store, opts: opts, metrics: m, claimRequest: claimRequest,
-		log:    newLogger(opts.Logger, store.Queue(), claimRequest.Owner),
-		tracer: newTracer(opts.TracerProvider, store.Queue(), claimRequest.Owner),
-		stop:   make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
+		store: store, opts: opts, claimRequest: claimRequest,
+		stop: make(chan struct{}), done: make(chan struct{}), wrote: make(chan struct{}, 1),
 	}
 	set(p)
+	if p.ev, err = newEvents(opts, store.Queue(), claimRequest, p.batch != nil); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -190,33 +160,18 @@ func (p *Processor) Owner() string { return p.claimRequest.Owner }
 func (p *Processor) Options() Options { return p.opts }
 
 // Run claims and works messages until ctx is cancelled or Stop is called,
-// then shuts down as the package documentation describes and returns nil
-// once every handler has returned and every outcome and release has been
-// written (or given up after its write attempts). Store errors do not end
-// Run: they go to OnError and the work is tried again later, except the
-// refusals for lack of a privilege described below. Run blocks while a
-// handler ignores its cancelled context. Values of ctx reach handlers and
-// store calls; its cancellation does not cut them short.
+// then shuts down and returns once every handler has returned and every
+// outcome has been written or given up. Store errors go to OnError and the
+// work is tried again later. Values of ctx reach handlers and store calls;
+// its cancellation does not cut them short.
 //
-// Before its first claim, Run asks a store that implements
-// PrivilegeChecker whether its role may run every statement the processor
-// sends. Until the check answers (when the database is unreachable, say,
-// or the store's schema check fails), its error goes to OnError and the
-// check is tried again at each poll, in place of a claim. When the role
-// lacks a privilege, Run claims nothing and returns an error wrapping the
-// *leasing.PrivilegeError (also passed to OnError): its handlers would
-// otherwise run, fail to record their outcomes and run again after every
-// lease expiry. Should the database later refuse an outcome write for lack
-// of a privilege (privileges revoked while it runs), the processor stops
-// claiming at once, shuts down as above and Run returns that error; a
-// revoke that is undone at once still stops it. Claims and orphan sweeps
-// refused later are retried, as other store errors; a renewal refused
-// later leaves its leases to expire, and the outcome writes of their
-// handlers are then refused too.
+// A role that lacks a privilege the processor needs stops it: Run claims
+// nothing when the PrivilegeChecker finds one missing, and stops claiming
+// when the database refuses an outcome write, and then returns that error.
 //
-// Errors: a Processor runs once; a second Run returns an error at once. A
-// missing privilege: an error matching leasing.ErrPermissionDenied (and
-// errors.As a *leasing.PrivilegeError when the check found it).
+// Errors: an error at once on a second Run; an error matching
+// leasing.ErrPermissionDenied (errors.As a *leasing.PrivilegeError when
+// the check found it) for a missing privilege.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.started {
@@ -228,8 +183,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer close(p.done)
 
 	base := context.WithoutCancel(ctx)
-	book := newBook(p.opts.LeaseDuration, p.metrics)
-	book.log = p.log
+	book := newBook(p.opts.LeaseDuration, p.ev)
 	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
 	go w.run()
 	hbCtx, stopHeartbeat := context.WithCancel(base)
@@ -244,7 +198,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.report, p.wrote) // the policy was validated by New
+			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.report, p.wrote) // the policy was validated by New
 		}
 	}()
 
@@ -261,9 +215,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	return p.refused
 }
 
-// refuse stops the processor because the database refuses its role what
-// it needs (err matches leasing.ErrPermissionDenied): Run returns the
-// first such error once shut down.
+// refuse stops the processor for err, which Run returns unless an earlier
+// refusal came first.
 func (p *Processor) refuse(err error) {
 	p.mu.Lock()
 	if p.refused == nil {
@@ -273,13 +226,11 @@ func (p *Processor) refuse(err error) {
 	p.requestStop()
 }
 
-// Stop starts shutdown, as cancelling Run's context does, and waits for Run
-// to return. Calling it more than once, or before Run, is fine: a Run that
-// starts after Stop returns nil at once.
+// Stop starts shutdown and waits for Run to return. It may be called more
+// than once, or before Run (which then returns nil at once). Do not call it
+// from a handler with a ctx that outlives the handler: Run waits for it.
 //
-// Errors: ctx.Err() when ctx ends before Run returns (shutdown goes on).
-// Do not call Stop from a handler with a ctx that outlives the handler: Run
-// waits for that handler, so Stop would wait for itself.
+// Errors: ctx.Err() when ctx ends first (shutdown goes on).
 func (p *Processor) Stop(ctx context.Context) error {
 	p.requestStop()
 	p.mu.Lock()
@@ -297,18 +248,6 @@ func (p *Processor) Stop(ctx context.Context) error {
 }
 
 func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
-
-// report hands err to OnError, when set.
-func (p *Processor) report(err error) {
-	if p.opts.OnError != nil {
-		p.opts.OnError(err)
-	}
-}
-
-// errorf returns an error of p's queue, "processor: <queue> <what>: <err>".
-func (p *Processor) errorf(what string, err error) error {
-	return fmt.Errorf("processor: %s %s: %w", p.store.Queue(), what, err)
-}
 
 // pause waits d, or until ctx ends, and reports whether d passed.
 func pause(ctx context.Context, d time.Duration) bool {

@@ -16,8 +16,8 @@ import (
 // Span attribute keys beyond the OpenTelemetry messaging conventions'
 // (messaging.system, messaging.operation.name and .type,
 // messaging.destination.name, messaging.message.id, messaging.client.id,
-// messaging.batch.message_count, error.type); the package documentation,
-// Tracing, lists which span carries which.
+// messaging.batch.message_count, error.type); docs/processor.md, Tracing,
+// lists which span carries which.
 const (
 	attrAttempt     = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
 	attrGeneration  = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence
@@ -246,7 +246,7 @@ func endLost(span trace.Span) {
 // g. It returns the span and call wrapped to run with it in its context
 // and to record each failed try as an event; the span is nil without
 // tracing (call is returned as it is).
-func (t tracer) startWrite(kind writeKind, g []pendingWrite, call func(context.Context) (leasing.WriteResult, error)) (trace.Span, func(context.Context) (leasing.WriteResult, error)) {
+func (t tracer) startWrite(kind writeKind, g []pendingWrite, call storeWrite) (trace.Span, storeWrite) {
 	if t.t == nil {
 		return nil, call
 	}

@@ -26,6 +26,9 @@ const (
 	writeDeadLetter
 )
 
+// storeWrite is one store call writing outcomes.
+type storeWrite func(context.Context) (leasing.WriteResult, error)
+
 // pendingWrite is one outcome waiting for the writer.
 type pendingWrite struct {
 	h       *heldLease
@@ -40,16 +43,12 @@ type writer struct {
 	p    *Processor
 	book *book
 	base context.Context
-	// dueSoon is called with d when a message may become due within d: the
-	// retry delay of each failed outcome written, and 0 after a completion
-	// or dead letter of keyed leases, which may promote the next message of
-	// each key (no insert, so no work signal, announces it).
+	// dueSoon is called with d when a message may become due within d: a
+	// failure's retry delay, or 0 when a keyed outcome may have promoted
+	// the next message of its key (which no work signal announces).
 	dueSoon func(time.Duration)
-	// limit is how many outcomes may wait without holding their worker: a
-	// worker whose outcome finds limit or more waiting still queues it (the
-	// next write takes it) but keeps its slot until the writer has taken
-	// it, so that a slow store stops the claims instead of piling up
-	// outcomes not yet written.
+	// limit is how many outcomes may wait before a submitting worker keeps
+	// its slot until the writer has taken them.
 	limit int
 
 	mu     sync.Mutex
@@ -62,15 +61,10 @@ type writer struct {
 }
 
 // outcomesWaitingPerSlot is how many outcomes per worker slot may wait for
-// the writer before a worker keeps its slot while its outcome waits
-// (writer.limit = outcomesWaitingPerSlot x Concurrency). Under load one
-// write takes tens of milliseconds while workers finish many handlers per
-// slot; with Concurrency+1, the limit before, workers held their slots
-// through most writes, the claims stopped, and pickup waited for each
-// outcome write. With 32 producers at full speed on 2 cores (leasectl
-// bench --producers 32), pickup p99 went from 93-277 ms to 35-120 ms over
-// six alternated runs. A slow store still stops the claims, 8 outcomes per
-// slot later.
+// the writer (writer.limit) before a worker keeps its slot while its
+// outcome waits: enough that workers rarely hold slots through a write,
+// few enough that a slow store stops the claims. Measurements:
+// docs/notes/2026-12-03-processor-measurements.md.
 const outcomesWaitingPerSlot = 8
 
 // newWriter returns the writer of p's run over book; limit is how many
@@ -157,15 +151,12 @@ func (w *writer) write(batch []pendingWrite) {
 	}
 }
 
-// writeGroup writes g, outcomes of one kind, with one store call, and
-// counts what the store applied. A completion or dead letter of ordering
-// keys' heads locks their keys' rows, and an open transaction that
-// enqueued to a key holds its row until it ends: when such a call of
-// several keys (or of keys and unkeyed messages) times out on a lock, it
-// rolled back, so nothing of g was written, and g is written again one
-// call per key and one for the unkeyed outcomes, each tried once before
-// any is tried again, so that a held key delays the others by one lock
-// timeout and is the only one retried.
+// writeGroup writes g, outcomes of one kind, with one store call. A
+// completion or dead letter of keyed heads locks their key rows, which an
+// open enqueue transaction may hold: when such a call over several keys
+// times out on a lock, nothing was written and g is written again one call
+// per key (and one for the unkeyed), each tried once before any is retried,
+// so that a held key delays the others by one lock timeout only.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	parts := keyParts(kind, g)
 	if len(parts) <= 1 {
@@ -186,11 +177,9 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	}
 }
 
-// writeCall writes g, outcomes of one kind, with one store call (tried
-// again on driver errors, see persist), and counts what the store applied.
-// With yield, a first try that fails with leasing.ErrLockTimeout ends the
-// call instead: nothing of g was written, g stays tracked, and writeCall
-// returns false for the caller to write g again; else it returns true.
+// writeCall writes g, outcomes of one kind, with one store call (see
+// persist). With yield, a first try that fails with leasing.ErrLockTimeout
+// writes nothing and returns false, for the caller to write g again.
 func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	p := w.p
 	var (
@@ -208,7 +197,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 			failures[i] = pw.failure
 		}
 	}
-	call := func(ctx context.Context) (leasing.WriteResult, error) {
+	call := storeWrite(func(ctx context.Context) (leasing.WriteResult, error) {
 		switch kind {
 		case writeRelease:
 			return p.store.Release(ctx, leases...)
@@ -219,58 +208,40 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		default:
 			return p.store.DeadLetter(ctx, failures...)
 		}
-	}
-	span, call := p.tracer.startWrite(kind, g, call)
-	res, err := w.persist(p.metrics.timedWrite(kind, call), yield)
+	})
+	span, call := p.ev.writeStarted(kind, g, call)
+	res, err := w.persist(call, yield)
 	if yield && errors.Is(err, leasing.ErrLockTimeout) {
-		p.tracer.abandonWrite(span, err)
-		p.writeTryFailed(1, err)
+		p.ev.writeSplit(span, err)
 		return false
 	}
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
-	p.tracer.endWrite(span, kind, g, res, err)
-	if err != nil {
-		p.writeGaveUp(kind, g, err)
-		if errors.Is(err, leasing.ErrPermissionDenied) {
-			p.writeRefused(err)
-			p.refuse(p.errorf("stopped: the database refused an outcome write", err))
-		}
-		return true
-	}
-	p.logWritten(kind, g, res)
-	done := 0
-	for _, o := range res.Outcomes {
-		if o.Outcome.Succeeded() {
-			done++
-		}
-	}
-	count(p.metrics.rejected, len(g)-done)
-	switch kind {
-	case writeComplete:
-		count(p.metrics.succeeded, done)
-		w.keysFreed(g, res)
-	case writeFail:
-		count(p.metrics.failed, done)
-		for i, o := range res.Outcomes {
-			if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.dueSoon != nil {
-				w.dueSoon(g[i].failure.RetryAfter)
-			}
-		}
-	case writeDeadLetter:
-		count(p.metrics.deadLettered, done)
+	p.ev.written(span, kind, g, res, err)
+	switch {
+	case errors.Is(err, leasing.ErrPermissionDenied):
+		p.refuse(p.ev.errorf("stopped: the database refused an outcome write", err))
+	case err == nil && kind == writeFail:
+		w.retriesDue(g, res)
+	case err == nil && (kind == writeComplete || kind == writeDeadLetter):
 		w.keysFreed(g, res)
 	}
 	return true
 }
 
-// keysFreed calls dueSoon(0) when res, the completion or dead letter of g,
-// recorded an outcome of a keyed lease (applied, or already applied by a
-// try whose reply was lost): the store may have promoted the next message
-// of its key (not for a dead letter under strict ordering, nor when none
-// waits), and the loop claims again now rather than at its next poll,
-// which with a WorkSignal may be PollInterval away. One claim per write
-// call, whether or not anything was promoted.
+// retriesDue calls dueSoon with the retry delay of each failure of g that
+// res reports applied.
+func (w *writer) retriesDue(g []pendingWrite, res leasing.WriteResult) {
+	for i, o := range res.Outcomes {
+		if o.Outcome == leasing.OutcomeApplied && i < len(g) && w.dueSoon != nil {
+			w.dueSoon(g[i].failure.RetryAfter)
+		}
+	}
+}
+
+// keysFreed calls dueSoon(0), once per call, when res recorded an outcome
+// of a keyed lease of g: the store may have promoted the next message of
+// its key, and with a WorkSignal the next poll may be far.
 func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 	if w.dueSoon == nil {
 		return
@@ -283,11 +254,10 @@ func (w *writer) keysFreed(g []pendingWrite, res leasing.WriteResult) {
 	}
 }
 
-// persist calls call until it returns no error, an *ArgumentError, an
-// error matching leasing.ErrPermissionDenied (no retry mends it), or
-// writeTries calls failed; each call may take LeaseDuration. With yield, a
-// first call that fails with leasing.ErrLockTimeout returns at once.
-func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error), yield bool) (leasing.WriteResult, error) {
+// persist calls call until it succeeds, fails for good (an invalid
+// argument, a refused privilege) or writeTries calls failed; each call may
+// take LeaseDuration. With yield, a first ErrLockTimeout returns at once.
+func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, error) {
 	p := w.p
 	backoff := writeBackoff
 	for try := 1; ; try++ {
@@ -298,19 +268,15 @@ func (w *writer) persist(call func(context.Context) (leasing.WriteResult, error)
 			yield && try == 1 && errors.Is(err, leasing.ErrLockTimeout) {
 			return res, err
 		}
-		p.writeTryFailed(try, err)
+		p.ev.writeTryFailed(try, err)
 		time.Sleep(backoff)
 		backoff *= 2
 	}
 }
 
-// keyParts splits g, outcomes of kind, into the outcomes of each ordering
-// key (tenant and key; in order of first appearance) and one part of the
-// unkeyed ones, for a write that must not wait as a whole behind one key:
-// completions and dead letters lock the key rows of the heads they finish,
-// and an open transaction that enqueued to a key holds its row until it
-// ends. It returns nil for other kinds, and a single part when g holds at
-// most one key and nothing else.
+// keyParts splits g into the outcomes of each ordering key (tenant and key,
+// in order of first appearance) and one part of the unkeyed ones, for
+// completions and dead letters; it returns nil for other kinds.
 func keyParts(kind writeKind, g []pendingWrite) [][]pendingWrite {
 	if kind != writeComplete && kind != writeDeadLetter {
 		return nil
