@@ -27,8 +27,7 @@ func (m *Memory) due(r *Row, now time.Time, leaseFor time.Duration) bool {
 	return false
 }
 
-// dueAt returns when r, which due reported due, became due: the instant
-// from which due holds (Lease.DueAt). The caller holds m.mu.
+// dueAt returns when the due row r became due (Lease.DueAt).
 func (m *Memory) dueAt(r *Row, leaseFor time.Duration) time.Time {
 	if r.Status != m.queue.InFlight() {
 		if r.VisibleAfter.After(r.CreatedAt) {
@@ -118,10 +117,8 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	return leases, parkedError(m.queue, parked, nil)
 }
 
-// unclaimable returns why a claim cannot lease r, or "": the reasons of the
-// claim statement's "unclaimable" in db/queries/queue.sql.tmpl that a Row
-// can hold (a time.Time is never infinite), with the same texts. Counters
-// are bounded by the column types, integer and bigint.
+// unclaimable returns why a claim cannot lease r, or "": the claim
+// statement's reasons (db/queries) that a Row can hold, with its texts.
 func unclaimable(r *Row) string {
 	switch {
 	case r.AttemptCount >= math.MaxInt32:

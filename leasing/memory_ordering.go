@@ -41,9 +41,8 @@ func (m *Memory) SetStrictOrdering(ctx context.Context, strict bool) error {
 	return nil
 }
 
-// place gives the new keyed row r its place in its key's line at now, as
-// EnqueueOrder (and the requeue of a row that does not hold its key) does:
-// the head when the key has no row, else waiting. The caller holds m.mu.
+// place puts the keyed row r at the tail of its key's line, as the SQL
+// enqueue and requeue do: the head when the key has no row, else waiting.
 func (m *Memory) place(r *Row, now time.Time) {
 	k := m.keys[keyOf(r)]
 	if k == nil {
@@ -61,9 +60,8 @@ func (m *Memory) holdsKey(r *Row) bool {
 	return r.OrderingKey != "" && k != nil && k.head == r.ID
 }
 
-// finishHead frees r's key when r is its key's head and has finished (as
-// KeyRelease decides) and promotes the key's next waiting message (as
-// KeyAdvance), or drops the key when none waits. The caller holds m.mu.
+// finishHead advances r's key when r is its head and has finished
+// (succeeded, or dead-lettered without strict ordering), as the SQL does.
 func (m *Memory) finishHead(r *Row, now time.Time) {
 	if !m.holdsKey(r) {
 		return
@@ -94,8 +92,7 @@ func (m *Memory) advance(key [2]string, now time.Time) {
 	k.head, k.since = next.ID, now
 }
 
-// waitingHead returns the key whose head has held it longest while messages
-// wait behind it, or nil. The caller holds m.mu.
+// waitingHead returns Stats.WaitingHead.
 func (m *Memory) waitingHead(now time.Time) *WaitingHead {
 	waiting := map[[2]string]bool{}
 	for _, r := range m.rows {
