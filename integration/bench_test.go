@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/internal/bench"
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 )
 

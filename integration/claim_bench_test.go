@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/gen"
-	"github.com/leasestore/leasestore/integration/dbtest"
 	"github.com/leasestore/leasestore/internal/bench"
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/internal/explain"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/stretchr/testify/require"

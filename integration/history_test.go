@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/db"
-	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
 )

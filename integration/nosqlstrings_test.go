@@ -38,8 +38,8 @@ import (
 
 // sqlStringAllowlist names the functions allowed to run non-constant SQL.
 var sqlStringAllowlist = []struct{ file, fn, reason string }{
-	{"integration/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
-	{"integration/dbtest/run.go", "dropObjects", "DROP ROLE of a dead run's per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
+	{"internal/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
+	{"internal/dbtest/run.go", "dropObjects", "DROP ROLE of a dead run's per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
 	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"leasing/processor/listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"internal/explain/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},

@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasestore/leasestore/integration/dbtest"
+	"github.com/leasestore/leasestore/internal/dbtest"
 )
 
 var updateSchema = flag.Bool("update-schema", false, "rewrite testdata/schema.golden from the migrated schema")

@@ -1,4 +1,5 @@
-// Package dbtest gives integration tests their own PostgreSQL database.
+// Package dbtest gives tests and Example functions their own PostgreSQL
+// database.
 //
 // Each call to NewPool or DatabaseURL creates a fresh database cloned from a
 // template that goose migrated once per migration hash, so a test costs one
@@ -41,7 +42,7 @@ import (
 
 // DefaultURL is the server used when neither TEST_DATABASE_URL nor
 // DATABASE_URL is set: the one scripts/db-start.sh starts.
-const DefaultURL = pgadmin.DefaultTestURL
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // templateLockKey is the pg_advisory_lock key held while a template is
 // built, so that test binaries running at once build each template once.
@@ -66,7 +67,7 @@ func URL(tb testing.TB) string {
 	if testing.Short() {
 		tb.Skip("dbtest: -short skips tests that need PostgreSQL")
 	}
-	u := pgadmin.TestServerURL()
+	u := serverURL()
 	pingOnce.Do(func() {
 		pingErr = pgadmin.Ping(u)
 		if pingErr == nil {
@@ -125,7 +126,7 @@ func NewEmptyDatabase(tb testing.TB) string {
 // registers its drop and returns its URL.
 func createDatabase(tb testing.TB, admin, template string) string {
 	tb.Helper()
-	name, u, err := pgadmin.CreateTestDatabase(tb.Context(), admin, template)
+	name, u, err := newTestDatabase(tb.Context(), admin, template)
 	if err != nil {
 		tb.Fatalf("dbtest: create database: %v", err)
 	}

@@ -1,4 +1,4 @@
-package pgadmin
+package dbtest
 
 import (
 	"context"
@@ -11,34 +11,29 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasestore/leasestore/internal/pgadmin"
 )
 
-// DefaultTestURL is the server tests and examples use when neither
-// TEST_DATABASE_URL nor DATABASE_URL is set: the one scripts/db-start.sh
-// starts.
-const DefaultTestURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-// TestServerURL returns the maintenance database URL of the server that
+// serverURL returns the maintenance database URL of the server that
 // tests and examples use: TEST_DATABASE_URL, else DATABASE_URL, else
-// DefaultTestURL.
-func TestServerURL() string {
+// DefaultURL.
+func serverURL() string {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		return u
 	}
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
-	return DefaultTestURL
+	return DefaultURL
 }
 
-// TestDatabasePrefix starts the name of every test database;
-// TestRolePrefix the name of every per-test role. The rest of the name is
-// <run>_<random>, <run> being 8 hex digits that identify the test process
-// (RunID), so that a sweep (integration/dbtest) can tell a live run's
-// objects from those of a dead one.
+// DatabasePrefix starts the name of every test database; RolePrefix the
+// name of every per-test role. The rest of the name is <run>_<random>,
+// <run> being 8 hex digits that identify the test process (RunID), so that
+// a sweep can tell a live run's objects from those of a dead one.
 const (
-	TestDatabasePrefix = "leasestore_test_"
-	TestRolePrefix     = "leasestore_t_"
+	DatabasePrefix = "leasestore_test_"
+	RolePrefix     = "leasestore_t_"
 )
 
 // runLockClass is the first key of the two-key session advisory lock that
@@ -47,7 +42,7 @@ const runLockClass int32 = 0x6c736474 // "lsdt"
 
 var (
 	// runID identifies this process's databases and roles.
-	runID = RandomHex(4)
+	runID = randomHex(4)
 
 	runMu     sync.Mutex
 	runHolder *pgx.Conn // holds the run's advisory lock; nil until first used
@@ -55,48 +50,48 @@ var (
 )
 
 var (
-	testDatabaseName = regexp.MustCompile(`^` + TestDatabasePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
-	testRoleName     = regexp.MustCompile(`^` + TestRolePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
+	testDatabaseName = regexp.MustCompile(`^` + DatabasePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
+	testRoleName     = regexp.MustCompile(`^` + RolePrefix + `([0-9a-f]{8})_[0-9a-f]+$`)
 )
 
 // RunID returns the 8 hex digits that name this process's test databases
 // and roles.
 func RunID() string { return runID }
 
-// RandomHex returns n random bytes as 2n hex digits.
-func RandomHex(n int) string {
+// randomHex returns n random bytes as 2n hex digits.
+func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails since Go 1.24
 	return hex.EncodeToString(b)
 }
 
-// NewTestDatabaseName returns a new database name of this run,
+// newDatabaseName returns a new database name of this run,
 // leasestore_test_<run>_<random>, after making sure that this process
-// holds its run lock on admin's server (HoldRun).
-func NewTestDatabaseName(ctx context.Context, admin string) (string, error) {
-	if err := HoldRun(ctx, admin); err != nil {
+// holds its run lock on admin's server (holdRun).
+func newDatabaseName(ctx context.Context, admin string) (string, error) {
+	if err := holdRun(ctx, admin); err != nil {
 		return "", err
 	}
-	return TestDatabasePrefix + runID + "_" + RandomHex(8), nil
+	return DatabasePrefix + runID + "_" + randomHex(8), nil
 }
 
-// NewTestRoleName returns a new role name of this run,
+// newRoleName returns a new role name of this run,
 // leasestore_t_<run>_<random>, after making sure that this process holds
-// its run lock on admin's server (HoldRun).
-func NewTestRoleName(ctx context.Context, admin string) (string, error) {
-	if err := HoldRun(ctx, admin); err != nil {
+// its run lock on admin's server (holdRun).
+func newRoleName(ctx context.Context, admin string) (string, error) {
+	if err := holdRun(ctx, admin); err != nil {
 		return "", err
 	}
-	return TestRolePrefix + runID + "_" + RandomHex(6), nil
+	return RolePrefix + runID + "_" + randomHex(6), nil
 }
 
-// TestDatabaseRun returns the run of a test database name, and false for
-// a name that is not one (NewTestDatabaseName).
-func TestDatabaseRun(name string) (string, bool) { return runOf(testDatabaseName, name) }
+// databaseRun returns the run of a test database name, and false for
+// a name that is not one (newDatabaseName).
+func databaseRun(name string) (string, bool) { return runOf(testDatabaseName, name) }
 
-// TestRoleRun returns the run of a per-test role name, and false for a
-// name that is not one (NewTestRoleName).
-func TestRoleRun(name string) (string, bool) { return runOf(testRoleName, name) }
+// roleRun returns the run of a per-test role name, and false for a
+// name that is not one (newRoleName).
+func roleRun(name string) (string, bool) { return runOf(testRoleName, name) }
 
 func runOf(re *regexp.Regexp, name string) (string, bool) {
 	if m := re.FindStringSubmatch(name); m != nil {
@@ -105,12 +100,12 @@ func runOf(re *regexp.Regexp, name string) (string, bool) {
 	return "", false
 }
 
-// HoldRun makes sure this process holds its run lock on admin's server,
+// holdRun makes sure this process holds its run lock on admin's server,
 // connecting (again, after the server restarted) when it does not. It
 // waits while a sweep holds the lock, which happens only when the server
 // lost this run's session: the sweep then drops what the run had created,
 // and the run goes on with new objects.
-func HoldRun(ctx context.Context, admin string) error {
+func holdRun(ctx context.Context, admin string) error {
 	runMu.Lock()
 	defer runMu.Unlock()
 	if runHolder != nil && runAdmin == admin {
@@ -135,9 +130,9 @@ func HoldRun(ctx context.Context, admin string) error {
 	return nil
 }
 
-// RunAdmin returns the maintenance database URL this process holds its run
+// runAdminURL returns the maintenance database URL this process holds its run
 // lock on, or "" when it holds none.
-func RunAdmin() string {
+func runAdminURL() string {
 	runMu.Lock()
 	defer runMu.Unlock()
 	if runHolder == nil {
@@ -146,8 +141,8 @@ func RunAdmin() string {
 	return runAdmin
 }
 
-// ReleaseRun closes the run lock's session, if any.
-func ReleaseRun() {
+// releaseRun closes the run lock's session, if any.
+func releaseRun() {
 	runMu.Lock()
 	defer runMu.Unlock()
 	if runHolder != nil {
@@ -156,17 +151,17 @@ func ReleaseRun() {
 	}
 }
 
-// TryLockRun takes run's lock on conn's session if no process holds it,
-// that is, if run is dead, and reports whether it did. UnlockRun gives it
+// tryLockRun takes run's lock on conn's session if no process holds it,
+// that is, if run is dead, and reports whether it did. unlockRun gives it
 // back.
-func TryLockRun(ctx context.Context, conn *pgx.Conn, run string) (bool, error) {
+func tryLockRun(ctx context.Context, conn *pgx.Conn, run string) (bool, error) {
 	var dead bool
 	err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", runLockClass, runKey(run)).Scan(&dead)
 	return dead, err
 }
 
-// UnlockRun releases run's lock that TryLockRun took on conn's session.
-func UnlockRun(ctx context.Context, conn *pgx.Conn, run string) error {
+// unlockRun releases run's lock that tryLockRun took on conn's session.
+func unlockRun(ctx context.Context, conn *pgx.Conn, run string) error {
 	_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", runLockClass, runKey(run))
 	return err
 }
@@ -178,15 +173,15 @@ func runKey(run string) int32 {
 	return int32(k)
 }
 
-// CreateTestDatabase creates a database of this run (NewTestDatabaseName)
+// newTestDatabase creates a database of this run (newDatabaseName)
 // as a copy of template, as CreateDatabase does, and returns its name and
 // connection string. The caller drops it (DropDatabase); if the process
 // dies first, the next sweep does.
-func CreateTestDatabase(ctx context.Context, admin, template string) (name, dbURL string, err error) {
-	if name, err = NewTestDatabaseName(ctx, admin); err != nil {
+func newTestDatabase(ctx context.Context, admin, template string) (name, dbURL string, err error) {
+	if name, err = newDatabaseName(ctx, admin); err != nil {
 		return "", "", err
 	}
-	if dbURL, err = CreateDatabase(ctx, admin, name, template); err != nil {
+	if dbURL, err = pgadmin.CreateDatabase(ctx, admin, name, template); err != nil {
 		return "", "", err
 	}
 	return name, dbURL, nil

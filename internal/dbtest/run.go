@@ -15,20 +15,8 @@ import (
 	"github.com/leasestore/leasestore/internal/pgadmin"
 )
 
-// DatabasePrefix starts the name of every test database; RolePrefix the
-// name of every per-test role. The rest of the name is
-// <run>_<random>, <run> being 8 hex digits that identify the test process.
-const (
-	DatabasePrefix = pgadmin.TestDatabasePrefix
-	RolePrefix     = pgadmin.TestRolePrefix
-)
-
 // cleanupTimeout bounds a sweep or a run's drop on an interrupt.
 const cleanupTimeout = time.Minute
-
-// RunID returns the 8 hex digits that name this process's databases and
-// roles.
-func RunID() string { return pgadmin.RunID() }
 
 // RoleName returns a new role name for this run, leasestore_t_<run>_<random>,
 // so that a sweep drops the role when the run dies before its cleanup. The
@@ -37,7 +25,7 @@ func RunID() string { return pgadmin.RunID() }
 // before its roles, so objects in test databases do not keep a role alive).
 func RoleName(tb testing.TB) string {
 	tb.Helper()
-	name, err := pgadmin.NewTestRoleName(tb.Context(), URL(tb))
+	name, err := newRoleName(tb.Context(), URL(tb))
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
@@ -66,10 +54,10 @@ func Sweep(admin string) error {
 	}
 	var errs []error
 	for run, objs := range byRun {
-		if run == pgadmin.RunID() {
+		if run == RunID() {
 			continue
 		}
-		dead, err := pgadmin.TryLockRun(ctx, conn, run)
+		dead, err := tryLockRun(ctx, conn, run)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -77,7 +65,7 @@ func Sweep(admin string) error {
 			continue
 		}
 		errs = append(errs, dropObjects(ctx, admin, objs))
-		if err := pgadmin.UnlockRun(ctx, conn, run); err != nil {
+		if err := unlockRun(ctx, conn, run); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
@@ -97,7 +85,7 @@ func dropRun(admin string) error {
 	if err != nil {
 		return err
 	}
-	return dropObjects(ctx, admin, byRun[pgadmin.RunID()])
+	return dropObjects(ctx, admin, byRun[RunID()])
 }
 
 // runObjects are one run's databases and roles.
@@ -122,7 +110,7 @@ func leftovers(ctx context.Context, conn *pgx.Conn) (map[string]*runObjects, err
 		return nil, err
 	}
 	for _, name := range dbs {
-		if run, ok := pgadmin.TestDatabaseRun(name); ok {
+		if run, ok := databaseRun(name); ok {
 			get(run).databases = append(get(run).databases, name)
 		}
 	}
@@ -135,7 +123,7 @@ func leftovers(ctx context.Context, conn *pgx.Conn) (map[string]*runObjects, err
 		return nil, err
 	}
 	for _, name := range roles {
-		if run, ok := pgadmin.TestRoleRun(name); ok {
+		if run, ok := roleRun(name); ok {
 			get(run).roles = append(get(run).roles, name)
 		}
 	}
@@ -184,7 +172,7 @@ func (w mainM) Run() int {
 		defer close(stopped)
 		select {
 		case sig := <-sigs:
-			if admin := pgadmin.RunAdmin(); admin != "" {
+			if admin := runAdminURL(); admin != "" {
 				if err := dropRun(admin); err != nil {
 					fmt.Fprintf(os.Stderr, "dbtest: drop this run's databases and roles on %v: %v\n", sig, err)
 				}
@@ -200,11 +188,17 @@ func (w mainM) Run() int {
 		}
 	}()
 	code := w.m.Run()
-	stopPgBouncer()
 	signal.Stop(sigs)
 	close(done)
 	<-stopped
-	if admin := pgadmin.RunAdmin(); admin != "" {
+	return endRun(code)
+}
+
+// endRun drops the run's leftovers, closes the run lock's session and
+// returns code, or 1 when the drop failed after passing tests.
+func endRun(code int) int {
+	stopPgBouncer()
+	if admin := runAdminURL(); admin != "" {
 		if err := dropRun(admin); err != nil {
 			fmt.Fprintf(os.Stderr, "dbtest: drop this run's leftovers: %v\n", err)
 			if code == 0 {
@@ -212,6 +206,6 @@ func (w mainM) Run() int {
 			}
 		}
 	}
-	pgadmin.ReleaseRun()
+	releaseRun()
 	return code
 }
