@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/leasingtest"
 )
@@ -36,11 +37,11 @@ import (
 func TestDifferential(t *testing.T) {
 	t.Parallel()
 	seeds, ops := pick(20, 200), pick(60, 300)
-	dbs := &recycledDBs{owner: t}
+	dbs := &dbtest.RecycledDBs{Owner: t}
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			pool := newPool(t, dbs.get(t), "leasestore-differential", 2)
+			pool := newPool(t, dbs.Get(t), "leasestore-differential", 2)
 			r := newDiffRun(t, pool, randChooser{rand.New(rand.NewPCG(uint64(seed), 0x5eed))}, uint64(seed))
 			r.run(ops)
 		})

@@ -83,27 +83,6 @@ func rowState(tb testing.TB, admin *pgx.Conn, q leasing.Queue, id uuid.UUID) (st
 	return status, gen
 }
 
-// waitStatus returns a function that polls until the row has status.
-func waitStatus(tb testing.TB, url string, q leasing.Queue, id uuid.UUID, status string) func() {
-	return func() {
-		conn, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			tb.Errorf("wait for commit: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			var got string
-			if err := conn.QueryRow(context.Background(), "SELECT status FROM "+tableOf(q)+" WHERE message_id = $1", id).Scan(&got); err == nil && got == status {
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		tb.Errorf("the statement never committed status %s", status)
-	}
-}
-
 // faultWrite is one fenced write of a lease, with the status it leaves.
 type faultWrite struct {
 	name   string

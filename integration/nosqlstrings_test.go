@@ -40,6 +40,12 @@ import (
 var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"internal/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
 	{"internal/dbtest/run.go", "dropObjects", "DROP ROLE of a dead run's per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
+	{"internal/dbtest/roles.go", "ApplyRoles", "runs db/roles.sql, a constant file of many statements (simple protocol, no parameters)"},
+	{"internal/dbtest/roles.go", "LoginRole", "CREATE ROLE of a per-test role (DDL takes no parameters), names quoted with pgx.Identifier"},
+	{"internal/dbtest/roles.go", "GrantedRole", "CREATE ROLE and GRANT to a per-test role (DDL takes no parameters), names quoted with pgx.Identifier"},
+	{"internal/dbtest/roles.go", "ExecAtEnd", "runs the DROP statements a test registered for its end (DDL takes no parameters)"},
+	{"internal/dbtest/roles.go", "DropRole", "DROP ROLE of a per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
+	{"internal/dbtest/store.go", "WaitStatus", "test helper: table name from the fixed two-table list (TableOf); the id is a parameter"},
 	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"leasing/processor/listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"internal/explain/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},

@@ -232,11 +232,3 @@ func (s *recordingStore) Fail(ctx context.Context, fs ...leasing.Failure) (leasi
 func (s *recordingStore) DeadLetter(ctx context.Context, fs ...leasing.Failure) (leasing.WriteResult, error) {
 	return s.write(ctx, "dead-letter", failureLeases(fs), func() (leasing.WriteResult, error) { return s.Store.DeadLetter(ctx, fs...) })
 }
-
-func failureLeases(fs []leasing.Failure) []leasing.Lease {
-	out := make([]leasing.Lease, len(fs))
-	for i, f := range fs {
-		out[i] = f.Lease
-	}
-	return out
-}

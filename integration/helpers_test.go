@@ -1,0 +1,29 @@
+package integration
+
+import "github.com/leasestore/leasestore/internal/dbtest"
+
+// The shared helpers of internal/dbtest under the names the tests use.
+var (
+	adminConn          = dbtest.AdminConn
+	applyRoles         = dbtest.ApplyRoles
+	asUser             = dbtest.AsUser
+	failureLeases      = dbtest.FailureLeases
+	freshURL           = dbtest.DatabaseURL
+	grantedRole        = dbtest.GrantedRole
+	isArgErr           = dbtest.IsArgErr
+	isPermissionDenied = dbtest.IsPermissionDenied
+	loginRole          = dbtest.LoginRole
+	long               = dbtest.Long
+	newPool            = dbtest.OpenPool
+	openStore          = dbtest.OpenStore
+	queuesBoth         = dbtest.Queues
+	tableDigest        = dbtest.TableDigest
+	tableOf            = dbtest.TableOf
+	waitForLockWait    = dbtest.WaitForLockWait
+	waitStatus         = dbtest.WaitStatus
+)
+
+const truncateQueues = dbtest.TruncateQueues
+
+// pick returns short in the always-on form and long under -stress.
+func pick[T any](short, long T) T { return dbtest.Pick(short, long) }
