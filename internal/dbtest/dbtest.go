@@ -21,6 +21,13 @@
 // maintenance database, keyed by the run: a sweep drops a run's objects only
 // after taking that lock itself, so concurrent test processes (also on other
 // hosts) never drop each other's databases or roles.
+//
+// Example functions get theirs from ExamplePool, under ExampleMain
+// (examples.go). The store and integration tests share the helpers of
+// store.go and roles.go (pools, admin connections, roles from
+// db/roles.sql, recycled databases, the -stress flag); PgBouncerURL
+// puts a transaction-pooling PgBouncer in front of a test database.
+// Every test package's TestMain runs Main or ExampleMain.
 package dbtest
 
 import (
