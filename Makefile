@@ -60,5 +60,6 @@ lint: ## go vet, staticcheck (pinned in tools/go.mod) and gofmt, in every module
 .PHONY: test-pg-newest
 test-pg-newest: ## Integration tests on the newest PostgreSQL major from npm (scripts/pg-newest.sh).
 	@url="$$(bash scripts/pg-newest.sh start)" && \
+	TEST_DATABASE_URL="$$url" go test -count=1 ./leasing/... ./db/... && \
 	TEST_DATABASE_URL="$$url" go -C integration test -count=1 ./...; \
 	rc=$$?; bash scripts/pg-newest.sh stop; exit $$rc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the long forms of the reliability tests (integration/stress_*test.go,
-# fault_*test.go, differential_test.go) and prints their figures:
+# Runs the long forms of the reliability tests (integration/reliability:
+# stress_*test.go, fault_*test.go; integration/differential) and prints
+# their figures:
 #
 #   1. TestStress (100,000 messages per queue, 16 workers), TestFaultChaos
 #      (20,000 messages per fault: terminated backends, dropped replies,
@@ -12,7 +13,7 @@
 #   3. TestSoakAllOperations for SOAK (default 3m): every store operation at
 #      once on both queues; fails on a deadlock or a failed call;
 #   4. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
-#      integration/testdata/fuzz/FuzzDifferential/ and stay there as
+#      integration/differential/testdata/fuzz/FuzzDifferential/ and stay there as
 #      regression cases.
 #
 # RACE=1 adds the race detector (about 5x slower). SKIP_RESTART=1 skips
@@ -28,17 +29,17 @@ if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
 figures() { grep -E '^\s+(stress_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
 
 echo "== stress, chaos and differential (long forms)"
-go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./ 2>&1 | figures
+go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./reliability/ ./differential/ 2>&1 | figures
 
 if [ "${SKIP_RESTART:-0}" != 1 ]; then
   echo "== server restart during a stress run"
-  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./ 2>&1 | figures
+  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./reliability/ 2>&1 | figures
   bash scripts/db-start.sh
 fi
 
 echo "== every operation at once on both queues (TestSoakAllOperations, SOAK=${SOAK:-3m})"
-LEASESTORE_SOAK_DURATION="${SOAK:-3m}" go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestSoakAllOperations' ./ 2>&1 \
+LEASESTORE_SOAK_DURATION="${SOAK:-3m}" go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestSoakAllOperations' ./reliability/ 2>&1 \
   | grep -E 'soak_test\.go:[0-9]+: soak|^(---|ok|FAIL|PASS)' || true
 
 echo "== fuzzing the differential test for ${FUZZTIME:-60s}"
-go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./
+go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./differential/

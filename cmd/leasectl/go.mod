@@ -6,7 +6,6 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leasestore/leasestore v0.0.0
-	github.com/leasestore/leasestore/integration v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
@@ -44,7 +43,4 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/leasestore/leasestore => ../..
-	github.com/leasestore/leasestore/integration => ../../integration
-)
+replace github.com/leasestore/leasestore => ../..

@@ -1,9 +1,7 @@
 // Package pgadmin creates and drops the throwaway databases that tests,
-// examples, the demo and the benchmark work in, through an admin connection
-// string. It also names a test run's databases and roles and holds the
-// run's lock (run.go), so that integration/dbtest's sweep can tell a live
-// run's objects from a dead one's, and gives Example functions databases
-// of their own (examples.go).
+// the demo and the benchmark work in, through an admin connection string.
+// Tests get theirs through internal/dbtest, which names them for the test
+// run and sweeps dead runs' leftovers.
 package pgadmin
 
 import (

@@ -1,0 +1,59 @@
+package bench_test
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/internal/bench"
+	"github.com/leasestore/leasestore/internal/dbtest"
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// TestBenchRun runs a small bench end to end on both queues (the outbox in
+// two rounds), pgbench baseline included when pgbench is installed, and
+// requires every drain to verify (every message completed exactly once,
+// other rows untouched) and, on Linux, to report its client's CPU time.
+// With the baseline the claim-cost samples come from a drain of their own.
+func TestBenchRun(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		q      leasing.Queue
+		rounds int
+	}{{leasing.Inbox, 1}, {leasing.Outbox, 2}} {
+		t.Run(string(c.q), func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			res, err := bench.Run(t.Context(), bench.Config{
+				AdminURL: dbtest.URL(t), Queue: c.q, Messages: 1_000, TerminalRows: 500, DeferredRows: 50,
+				ExpiredLeases: 20, Workers: 3, BatchSize: 7, SampleEvery: 200, Rounds: c.rounds,
+			}, &out)
+			require.NoError(t, err, out.String())
+			t.Log(out.String())
+			require.Equal(t, 1_020, res.Drained)
+			require.NotNil(t, res.API)
+			require.True(t, res.API.Verified, res.API.Problem)
+			require.Positive(t, res.API.MessagesPerSecond)
+			require.Equal(t, 10, res.Clean.Rows)
+			require.False(t, res.Clean.SortOverEligible)
+			require.NotNil(t, res.Steady)
+			require.Len(t, res.Rounds, c.rounds)
+			for _, d := range res.Drains() {
+				require.True(t, d.Verified, "%s: %s", d.Method, d.Problem)
+				if runtime.GOOS == "linux" { // elsewhere the figure may be unknown (0)
+					require.Positive(t, d.ClientCPUSeconds, "%s: client CPU of the drain", d.Method)
+				}
+			}
+			if res.Raw == nil {
+				t.Logf("pgbench baseline skipped: %s", res.RawSkipped)
+				return
+			}
+			// The sampled drain ran apart from the compared rounds.
+			require.NotNil(t, res.Sampled)
+			require.Len(t, res.Drains(), 1+2*c.rounds)
+			require.Positive(t, res.APIVsRaw)
+		})
+	}
+}

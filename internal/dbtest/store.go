@@ -1,0 +1,215 @@
+package dbtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/leasing"
+)
+
+// stressFlag selects the long forms of the reliability tests (stress,
+// faults, differential): `go test -args -stress`, as `make stress` runs
+// them. LEASESTORE_STRESS=1 does the same.
+var stressFlag = flag.Bool("stress", false, "run the long forms of the stress, fault and differential tests")
+
+// Long reports whether the long forms were asked for.
+func Long() bool {
+	return *stressFlag || os.Getenv("LEASESTORE_STRESS") == "1"
+}
+
+// Pick returns short in the always-on form and long under -stress.
+func Pick[T any](short, long T) T {
+	if Long() {
+		return long
+	}
+	return short
+}
+
+// Queues are both queues, inbox first.
+var Queues = []leasing.Queue{leasing.Inbox, leasing.Outbox}
+
+// TableOf returns the table a queue lives in.
+func TableOf(q leasing.Queue) string {
+	if q == leasing.Outbox {
+		return "outbox_messages"
+	}
+	return "inbox_messages"
+}
+
+// OpenPool opens a pool on url with at most maxConns connections and the
+// given application_name (so that fault injectors can find its backends),
+// closed when the test ends.
+func OpenPool(tb testing.TB, url, appName string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(tb, err)
+	cfg.MaxConns = maxConns
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// AdminConn returns a superuser connection to the database at url, closed
+// when the test ends.
+func AdminConn(tb testing.TB, url string) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// OpenStore opens a store of queue q on a two-connection pool on url,
+// closed when the test ends.
+func OpenStore(tb testing.TB, url string, q leasing.Queue, opts leasing.PostgresOptions) *leasing.Postgres {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(tb, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	store, err := leasing.NewPostgres(pool, q, opts)
+	require.NoError(tb, err)
+	return store
+}
+
+// TableDigest is an md5 of every row of both tables, in key order: equal
+// digests mean nothing changed.
+func TableDigest(tb testing.TB, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) string {
+	tb.Helper()
+	var digest string
+	err := db.QueryRow(context.Background(), `
+		SELECT md5(coalesce((SELECT string_agg(m::text, '|' ORDER BY message_id) FROM inbox_messages AS m), '') || '#' ||
+		           coalesce((SELECT string_agg(m::text, '|' ORDER BY message_id) FROM outbox_messages AS m), ''))`).Scan(&digest)
+	require.NoError(tb, err)
+	return digest
+}
+
+// IsArgErr reports whether err is a leasing argument error.
+func IsArgErr(err error) bool {
+	var ae *leasing.ArgumentError
+	return errors.As(err, &ae) && errors.Is(err, leasing.ErrInvalidArgument)
+}
+
+// FailureLeases returns the leases of fs.
+func FailureLeases(fs []leasing.Failure) []leasing.Lease {
+	out := make([]leasing.Lease, len(fs))
+	for i, f := range fs {
+		out[i] = f.Lease
+	}
+	return out
+}
+
+// WaitForLockWait waits until a backend with application_name app waits
+// on a lock.
+func WaitForLockWait(t *testing.T, admin *pgx.Conn, app string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting bool
+		err := admin.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			               WHERE application_name = $1 AND wait_event_type = 'Lock')`, app).Scan(&waiting)
+		require.NoError(t, err)
+		if waiting {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no backend of %s started waiting on a lock", app)
+}
+
+// WaitStatus returns a function that polls until the row has status.
+func WaitStatus(tb testing.TB, url string, q leasing.Queue, id uuid.UUID, status string) func() {
+	return func() {
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			tb.Errorf("wait for commit: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var got string
+			if err := conn.QueryRow(context.Background(), "SELECT status FROM "+TableOf(q)+" WHERE message_id = $1", id).Scan(&got); err == nil && got == status {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		tb.Errorf("the statement never committed status %s", status)
+	}
+}
+
+// RecycledDBs hands out migrated databases and takes them back emptied
+// (TruncateQueues) when the borrowing test ends, so that a suite of many
+// small cases pays for a few CREATE DATABASE instead of one per case. The
+// databases belong to Owner, whose end drops them. A database whose
+// borrower failed is not reused.
+type RecycledDBs struct {
+	Owner testing.TB
+	// Init, when not nil, runs once on each new database.
+	Init func(tb testing.TB, url string)
+
+	mu   sync.Mutex
+	free []string
+}
+
+// Get returns a database with empty tables for tb.
+func (r *RecycledDBs) Get(tb testing.TB) string {
+	tb.Helper()
+	r.mu.Lock()
+	var url string
+	if n := len(r.free); n > 0 {
+		url, r.free = r.free[n-1], r.free[:n-1]
+	}
+	r.mu.Unlock()
+	if url == "" {
+		url = DatabaseURL(r.Owner)
+		if r.Init != nil {
+			r.Init(tb, url)
+		}
+	}
+	// Registered before the borrower opens pools, so it runs after they close.
+	tb.Cleanup(func() { r.put(tb, url) })
+	return url
+}
+
+func (r *RecycledDBs) put(tb testing.TB, url string) {
+	if tb.Failed() {
+		return
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, TruncateQueues); err != nil {
+		return
+	}
+	r.mu.Lock()
+	r.free = append(r.free, url)
+	r.mu.Unlock()
+}
+
+// TruncateQueues empties both queues, their ordering keys, and sets strict
+// ordering back to its default: a database as migrated.
+const TruncateQueues = "TRUNCATE inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys; " +
+	"UPDATE leasestore_queue_settings SET strict_ordering = false"

@@ -1,0 +1,163 @@
+package leasing_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// orderingFiguresEnv, when set to a table size (e.g. 1000000), makes
+// TestOrderingClaimCost measure at that size and log its figures (the
+// ones in docs/2026-12-01-ordering-keys.md); unset, it runs at 100,000.
+const orderingFiguresEnv = "LEASESTORE_ORDERING_FIGURES"
+
+// seedKeyed inserts rows numbered from..to (inclusive), all due, created
+// in order in 2021 (after seed's rows), over keys ordering keys: the first
+// row of each key is its head, in headStatus (pending, or in flight with
+// a lease for another hour); the others wait behind it in key_seq order.
+func seedKeyed(t *testing.T, conn *pgx.Conn, q queue, headStatus string, from, to, keys int) {
+	t.Helper()
+	sql := fmt.Sprintf(`
+		INSERT INTO %s (message_id, payload, created_at, visible_after, status,
+		                lease_owner, lease_expires_at, lease_generation, attempt_count, ordering_key, key_seq)
+		SELECT gen_random_uuid(), '\x01', c, c,
+		       CASE WHEN head THEN $1::text ELSE 'waiting' END,
+		       CASE WHEN head AND $1::text = $2::text THEN 'seed' END,
+		       CASE WHEN head AND $1::text = $2::text THEN now() + interval '1 hour' END,
+		       CASE WHEN head AND $1::text = $2::text THEN 1 ELSE 0 END,
+		       CASE WHEN head AND $1::text = $2::text THEN 1 ELSE 0 END,
+		       'key-' || ((g - $3::int) %% $5::int), (g - $3::int) / $5::int + 1
+		FROM (SELECT timestamptz '2021-01-01 00:00:00Z' + g * interval '1 millisecond' AS c,
+		             g, (g - $3::int) < $5::int AS head
+		      FROM generate_series($3::int, $4::int) AS g) AS s`,
+		pgx.Identifier{q.table}.Sanitize())
+	_, err := conn.Exec(t.Context(), sql, headStatus, q.inFlight, from, to, keys)
+	require.NoError(t, err)
+}
+
+// claimBuffers returns the shared buffers and rows of one claim of
+// claimBatch on conn's table, in planMode: the second of two runs (warm
+// cache), each rolled back.
+func claimBuffers(t *testing.T, conn *pgx.Conn, q queue, planMode string) (int64, float64) {
+	t.Helper()
+	sql := generatedSQL(t, q.genFile, q.genConst)
+	explainClaim(t, conn, sql, planMode)
+	root := explainClaim(t, conn, sql, planMode)
+	return buffers(root), root.ActualRows
+}
+
+// TestOrderingClaimCost checks the claim's cost with ordering keys, in
+// shared buffers of a claim of 10 on the custom and the generic plan, each
+// table holding n finished rows and n due ones (n = 100,000, or
+// $LEASESTORE_ORDERING_FIGURES):
+//   - n keyed due rows over n/10 keys, heads free: at most 1.5x the
+//     unkeyed claim over n unkeyed due rows;
+//   - n due rows over 100 keys, every head leased: nothing claimed, at most
+//     200 buffers (the waiting rows are not in the claim's indexes);
+//   - n/100 keyed due rows against n: at most 1.2x;
+//   - the unkeyed claim with n waiting keyed rows beside its n unkeyed
+//     ones: at most 1.1x (+5 buffers) the unkeyed claim alone.
+//
+// To measure at 1M (docs/2026-12-01-ordering-keys.md):
+//
+//	LEASESTORE_ORDERING_FIGURES=1000000 \
+//	    go test -count=1 -timeout 30m -run TestOrderingClaimCost -v ./leasing
+func TestOrderingClaimCost(t *testing.T) {
+	t.Parallel()
+	n := 100_000
+	if v := os.Getenv(orderingFiguresEnv); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	q := queues[0]
+	type figure struct{ custom, generic int64 }
+	measure := func(name string, want float64, fill func(conn *pgx.Conn)) figure {
+		conn := connect(t)
+		seed(t, conn, q, q.done, 0, n-1)
+		fill(conn)
+		analyze(t, conn, q)
+		var f figure
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			b, rows := claimBuffers(t, conn, q, mode)
+			require.Equal(t, want, rows, "%s %s: rows claimed", name, mode)
+			if mode == "force_custom_plan" {
+				f.custom = b
+			} else {
+				f.generic = b
+			}
+		}
+		t.Logf("n=%d %-34s custom %5d buffers, generic %5d", n, name, f.custom, f.generic)
+		return f
+	}
+	unkeyed := measure("unkeyed", claimBatch, func(conn *pgx.Conn) { seed(t, conn, q, "pending", n, 2*n-1) })
+	keyed := measure("keyed, n/10 keys, heads free", claimBatch, func(conn *pgx.Conn) {
+		seedKeyed(t, conn, q, "pending", n, 2*n-1, n/10)
+	})
+	held := measure("keyed, 100 keys, heads leased", 0, func(conn *pgx.Conn) {
+		seedKeyed(t, conn, q, q.inFlight, n, 2*n-1, 100)
+	})
+	small := measure("keyed, n/100 rows, heads free", claimBatch, func(conn *pgx.Conn) {
+		seedKeyed(t, conn, q, "pending", n, n+n/100-1, n/1000)
+	})
+	beside := measure("unkeyed beside n waiting keyed", claimBatch, func(conn *pgx.Conn) {
+		seedKeyed(t, conn, q, q.inFlight, n, 2*n-1, 100)
+		seed(t, conn, q, "pending", 2*n, 3*n-1)
+	})
+	for _, c := range []struct {
+		mode              string
+		u, k, h, s, besid int64
+	}{
+		{"custom", unkeyed.custom, keyed.custom, held.custom, small.custom, beside.custom},
+		{"generic", unkeyed.generic, keyed.generic, held.generic, small.generic, beside.generic},
+	} {
+		require.LessOrEqual(t, float64(c.k), 1.5*float64(c.u), "%s: keyed claim at most 1.5x the unkeyed", c.mode)
+		require.LessOrEqual(t, c.h, int64(200), "%s: every head leased: at most 200 buffers", c.mode)
+		require.LessOrEqual(t, float64(c.k), 1.2*float64(c.s)+5, "%s: n keyed rows at most 1.2x n/100", c.mode)
+		require.LessOrEqual(t, float64(c.besid), 1.1*float64(c.u)+5, "%s: unkeyed claim unmoved by keyed rows beside", c.mode)
+	}
+}
+
+// TestKeyWritePlans: the statements that free and advance keys after a
+// complete (KeyLock, KeyAdvance) read the messages they are given through
+// the primary key, on the custom and the generic plan, with 100,000
+// finished rows present: never through the finished rows' indexes, never
+// a Seq Scan of the queue table, and a cost in proportion to the batch.
+func TestKeyWritePlans(t *testing.T) {
+	t.Parallel()
+	q := queues[0]
+	conn := connect(t)
+	seed(t, conn, q, q.done, 0, 99_999)
+	seedKeyed(t, conn, q, q.inFlight, 100_000, 109_999, 1_000)
+	_, err := conn.Exec(t.Context(), `
+		INSERT INTO inbox_ordering_keys (tenant_id, ordering_key, last_seq, head_id, head_since)
+		SELECT '', ordering_key, max(key_seq), (array_agg(message_id ORDER BY key_seq))[1], now()
+		FROM inbox_messages WHERE ordering_key IS NOT NULL GROUP BY ordering_key`)
+	require.NoError(t, err)
+	// Ten heads finished, as the complete before these statements leaves them.
+	var ids string
+	require.NoError(t, conn.QueryRow(t.Context(), `
+		WITH done AS (
+		    UPDATE inbox_messages SET status = 'completed', completed_at = now(), lease_expires_at = NULL
+		    WHERE message_id IN (SELECT head_id FROM inbox_ordering_keys ORDER BY ordering_key LIMIT 10)
+		    RETURNING message_id)
+		SELECT array_agg(message_id)::text FROM done`).Scan(&ids))
+	analyze(t, conn, q)
+	for _, name := range []string{"inboxKeyLock", "inboxKeyAdvance"} {
+		sql := generatedSQL(t, q.genFile, name)
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			root := explainWrite(t, conn, sql, mode, ids)
+			walk(root, nil, func(n planNode, _ []planNode) {
+				require.NotEqual(t, "inbox_messages_completed_idx", n.IndexName, "%s %s", name, mode)
+				require.NotEqual(t, "inbox_messages_dead_lettered_idx", n.IndexName, "%s %s", name, mode)
+				require.False(t, n.NodeType == "Seq Scan" && n.Relation == "inbox_messages", "%s %s: Seq Scan of the queue", name, mode)
+			})
+			require.Less(t, buffers(root), int64(400), "%s %s: buffers for a batch of 10", name, mode)
+			t.Logf("%s %s: %d buffers", name, mode, buffers(root))
+		}
+	}
+}
