@@ -12,7 +12,7 @@ import (
 
 // orderingFiguresEnv, when set to a table size (e.g. 1000000), makes
 // TestOrderingClaimCost measure at that size and log its figures (the
-// ones in docs/2026-12-01-ordering-keys.md); unset, it runs at 100,000.
+// ones in docs/notes/2026-12-01-ordering-keys.md); unset, it runs at 100,000.
 const orderingFiguresEnv = "LEASESTORE_ORDERING_FIGURES"
 
 // seedKeyed inserts rows numbered from..to (inclusive), all due, created
@@ -62,7 +62,7 @@ func claimBuffers(t *testing.T, conn *pgx.Conn, q queue, planMode string) (int64
 //   - the unkeyed claim with n waiting keyed rows beside its n unkeyed
 //     ones: at most 1.1x (+5 buffers) the unkeyed claim alone.
 //
-// To measure at 1M (docs/2026-12-01-ordering-keys.md):
+// To measure at 1M (docs/notes/2026-12-01-ordering-keys.md):
 //
 //	LEASESTORE_ORDERING_FIGURES=1000000 \
 //	    go test -count=1 -timeout 30m -run TestOrderingClaimCost -v ./leasing

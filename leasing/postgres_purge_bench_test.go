@@ -31,7 +31,7 @@ WHERE message_id IN (
 // TestPurgeFigures prints the cost of one inbox Purge of 1,000 rows, before
 // (main's statement, without the finish-time indexes) and after (the
 // generated InboxPurge), on tables of finished rows, for the figures in
-// docs/2026-12-01-bounded-maintenance.md. It runs only when
+// docs/notes/2026-12-01-bounded-maintenance.md. It runs only when
 // LEASESTORE_PURGE_FIGURES lists the table sizes, e.g.
 //
 //	LEASESTORE_PURGE_FIGURES=1000000,10000000 \
