@@ -33,7 +33,7 @@ import (
 // PostgresOptions.LockTimeout, with nothing changed. Otherwise the driver
 // error.
 //
-// SQL: db/queries/queue.sql.tmpl InboxDeadLetterByID / OutboxDeadLetterByID.
+// SQL: db/queries/operator.sql.tmpl (InboxDeadLetterByID).
 func (s *Postgres) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) (Attempt, error) {
 	if err := r.validate(); err != nil {
 		return Attempt{}, err

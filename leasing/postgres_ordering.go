@@ -47,7 +47,7 @@ func (s *Postgres) SetStrictOrdering(ctx context.Context, strict bool) error {
 // keySteps returns the pipeline steps that free the keys of the finished
 // heads among ids and promote the next message of each: KeyLock, then
 // KeyAdvance as a statement of its own, whose snapshot follows the locks
-// (see db/queries/queue.sql.tmpl). None when ids is empty.
+// (see db/queries/partials.sql.tmpl). None when ids is empty.
 func (s *Postgres) keySteps(ctx context.Context, ids []uuid.UUID) []func(gen.DBTX) error {
 	if len(ids) == 0 {
 		return nil

@@ -53,7 +53,7 @@ type KeysVacuum struct {
 
 // VacuumIfDead runs VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) on the queue's
 // table, then VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED, ANALYZE) on its
-// ordering keys' table (db/queries/queue.sql.tmpl), each when PostgreSQL's
+// ordering keys' table (db/queries/vacuum.sql.tmpl), each when PostgreSQL's
 // statistics count at least deadRows (> 0) dead row versions in it and no
 // VACUUM of it is running. The keys' table is also vacuumed, once, when it
 // holds rows and was never analysed, so that the planner has its

@@ -45,7 +45,7 @@ func soakDuration(t *testing.T) time.Duration {
 // processors' vacuum policy (processor.KeepVacuumed), with half the
 // messages keyed (promotions in every complete and dead letter) and strict
 // ordering switched on and off. It asserts the store's
-// one lock order (db/queries/queue.sql.tmpl): no call returned an error
+// one lock order (db/queries/partials.sql.tmpl): no call returned an error
 // (outcomes such as lost or terminal are answers, not errors), and the
 // database's deadlock counter moved no more than the one cycle that order
 // cannot prevent explains (see the bound below).
