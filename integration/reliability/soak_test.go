@@ -102,7 +102,7 @@ func TestSoakAllOperations(t *testing.T) {
 		t.Errorf("soak: call failed: %v", e)
 	}
 	// No call failed, deadlocks included: the store sends a deadlock's
-	// victim again (leasing/pipeline.go). The counter still counts those,
+	// victim again (leasing/postgres_send.go). The counter still counts those,
 	// from the one cycle the lock order cannot prevent (a SKIP LOCKED claim
 	// that follows a just-updated row waits, about once in 100,000 calls,
 	// see deadlockRetries). A statement out of the lock order deadlocks far
