@@ -1,8 +1,9 @@
 // Package db holds the leasestore schema: goose migrations embedded from
 // db/migrations (also sqlc's schema) and the queries sqlc compiles into gen/.
 //
-// db/queries/inbox.sql and outbox.sql are rendered from queue.sql.tmpl by
-// db/render (make generate); edit the template, never the rendered files.
+// The per-queue files db/queries/inbox_<concern>.sql and
+// outbox_<concern>.sql are rendered from <concern>.sql.tmpl by db/render
+// (make generate); edit the template, never the rendered files.
 // Every time decision in the queries uses the database clock,
 // statement_timestamp() (or clock_timestamp() per inserted row);
 // sqlc.narg('now') pins that clock for tests and is NULL in production.

@@ -15,47 +15,39 @@ import (
 //
 // Errors: the driver error.
 func (s *Postgres) StrictOrdering(ctx context.Context) (bool, error) {
-	var strict bool
-	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) (err error) {
-		strict, err = gen.New().OrderingStrict(ctx, db, gen.OrderingStrictParams{Queue: string(s.queue)})
-		return mapErr(err)
-	})
-	if err != nil {
+	strict := bind(gen.New().OrderingStrict, gen.OrderingStrictParams{Queue: string(s.queue)})
+	if err := s.send(ctx, operator, strict); err != nil {
 		return false, fmt.Errorf("leasing: strict ordering %s: %w", s.queue, err)
 	}
-	return strict, nil
+	return strict.out, nil
 }
 
-// SetStrictOrdering turns strict ordering on or off for the store's queue,
-// for every process at once: it is stored in the database
-// (leasestore_queue_settings) and read by every dead-letter write. With it
-// on, a dead-lettered head keeps its key blocked until it is requeued or
-// purged; off (the default), a dead-lettered head frees its key. The
-// setting applies to heads dead-lettered from then on.
+// SetStrictOrdering turns strict ordering on or off for the store's queue
+// in the database (leasestore_queue_settings), for every process at once:
+// on, a head dead-lettered from then on keeps its key blocked until it is
+// requeued or purged; off (the default), it frees its key.
 //
 // Errors: the driver error.
 func (s *Postgres) SetStrictOrdering(ctx context.Context, strict bool) error {
-	err := s.pipelineSessionPlans(ctx, func(db gen.DBTX) error {
-		return mapErr(gen.New().OrderingSetStrict(ctx, db, gen.OrderingSetStrictParams{Queue: string(s.queue), StrictOrdering: strict}))
-	})
-	if err != nil {
+	set := bind(noRows(gen.New().OrderingSetStrict), gen.OrderingSetStrictParams{Queue: string(s.queue), StrictOrdering: strict})
+	if err := s.send(ctx, operator, set); err != nil {
 		return fmt.Errorf("leasing: set strict ordering %s: %w", s.queue, err)
 	}
 	return nil
 }
 
-// keySteps returns the pipeline steps that free the keys of the finished
-// heads among ids and promote the next message of each: KeyLock, then
-// KeyAdvance as a statement of its own, whose snapshot follows the locks
-// (see db/queries/queue.sql.tmpl). None when ids is empty.
-func (s *Postgres) keySteps(ctx context.Context, ids []uuid.UUID) []func(gen.DBTX) error {
+// keySteps returns the steps that free the keys of the finished heads
+// among ids and promote the next message of each: KeyLock, then KeyAdvance
+// as a statement of its own, whose snapshot follows the locks
+// (db/queries/keys.sql.tmpl). None when ids is empty.
+func (s *Postgres) keySteps(ids []uuid.UUID) []step {
 	if len(ids) == 0 {
 		return nil
 	}
-	now := s.pinned()
-	return []func(gen.DBTX) error{
-		func(db gen.DBTX) error { _, err := s.sql.keyLock(ctx, db, ids); return err },
-		func(db gen.DBTX) error { _, err := s.sql.keyAdvance(ctx, db, now, ids); return err },
+	texts := idTexts(ids)
+	return []step{
+		bind(s.q.keyLock, gen.InboxKeyLockParams{MessageIds: texts}),
+		bind(s.q.keyAdvance, gen.InboxKeyAdvanceParams{MessageIds: texts, Now: s.pinned()}),
 	}
 }
 
@@ -63,12 +55,11 @@ func (s *Postgres) keySteps(ctx context.Context, ids []uuid.UUID) []func(gen.DBT
 // context may have ended.
 const parkedKeysTimeout = 10 * time.Second
 
-// releaseParked frees the keys of rows a claim parked (dead-lettered) that
-// were their keys' heads, in a transaction of its own after the claim's.
-// The claim has committed the parking, so the release runs even when ctx
-// has ended since, for at most parkedKeysTimeout. Should it fail, such a
-// key stays blocked, as in strict ordering, until the parked row is
-// requeued or purged; the error says so (ParkedError.KeysNotFreed).
+// releaseParked frees the keys of rows a claim parked that were their
+// keys' heads, in a transaction after the claim's, which committed: so it
+// runs even when ctx has ended, for at most parkedKeysTimeout. Should it
+// fail, such a key stays blocked until the parked row is requeued or
+// purged (ParkedError.KeysNotFreed).
 func (s *Postgres) releaseParked(ctx context.Context, parked []ParkedRow) error {
 	if len(parked) == 0 {
 		return nil
@@ -79,7 +70,7 @@ func (s *Postgres) releaseParked(ctx context.Context, parked []ParkedRow) error 
 	for i, p := range parked {
 		ids[i] = p.ID
 	}
-	if err := s.pipelineSessionPlans(ctx, s.keySteps(ctx, ids)...); err != nil {
+	if err := s.send(ctx, operator, s.keySteps(ids)...); err != nil {
 		return fmt.Errorf("leasing: free the keys of the messages the claim of %s parked: %w", s.queue, err)
 	}
 	return nil

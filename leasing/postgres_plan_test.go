@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,16 +31,16 @@ type queue struct {
 	inFlight string   // status while leased
 	done     string   // success status
 	doneAt   string   // success timestamp column
-	genFile  string   // generated file holding the claim SQL
+	genFile  string   // glob of the generated files of the queue's SQL
 	genConst string   // unexported constant in genFile
 	writes   []string // constants in genFile of the fenced writes
 	vacuum   string   // constant in genFile of the vacuum policy's VACUUM
 }
 
 var queues = []queue{
-	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox.sql.go", "inboxClaim",
+	{"InboxClaim", "inbox_messages", "processing", "completed", "completed_at", "../gen/inbox_*.sql.go", "inboxClaim",
 		[]string{"inboxRenew", "inboxRelease", "inboxComplete", "inboxFail", "inboxDeadLetter"}, "inboxVacuum"},
-	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox.sql.go", "outboxClaim",
+	{"OutboxClaim", "outbox_messages", "publishing", "published", "published_at", "../gen/outbox_*.sql.go", "outboxClaim",
 		[]string{"outboxRenew", "outboxRelease", "outboxPublish", "outboxFail", "outboxDeadLetter"}, "outboxVacuum"},
 }
 
@@ -458,9 +459,24 @@ func walk(n planNode, ancestors []planNode, fn func(planNode, []planNode)) {
 // the root node's counters include.
 func buffers(root planNode) int64 { return root.SharedHit + root.SharedRead }
 
-// generatedSQL returns the string constant name declared in the Go file at
-// path: the exact SQL that gen sends.
-func generatedSQL(t *testing.T, path, name string) string {
+// generatedSQL returns the string constant name declared in the Go files
+// that match the glob pattern: the exact SQL that gen sends.
+func generatedSQL(t *testing.T, pattern, name string) string {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	require.NoError(t, err)
+	for _, path := range paths {
+		if s, ok := constantIn(t, path, name); ok {
+			return s
+		}
+	}
+	require.FailNow(t, "constant not found", "%s in %s", name, pattern)
+	return ""
+}
+
+// constantIn returns the string constant name declared in the Go file at
+// path, and whether the file declares it.
+func constantIn(t *testing.T, path, name string) (string, bool) {
 	t.Helper()
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -481,12 +497,11 @@ func generatedSQL(t *testing.T, path, name string) string {
 				require.True(t, ok && lit.Kind == token.STRING, "%s is not a string literal", name)
 				s, err := strconv.Unquote(lit.Value)
 				require.NoError(t, err)
-				return s
+				return s, true
 			}
 		}
 	}
-	require.FailNow(t, "constant not found", "%s in %s", name, path)
-	return ""
+	return "", false
 }
 
 func mustJSON(v any) string {

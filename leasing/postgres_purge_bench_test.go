@@ -48,7 +48,7 @@ func TestPurgeFigures(t *testing.T) {
 	if spec == "" {
 		t.Skip("set LEASESTORE_PURGE_FIGURES=1000000,10000000 to measure")
 	}
-	after := generatedSQL(t, "../gen/inbox.sql.go", "inboxPurge")
+	after := generatedSQL(t, "../gen/inbox_purge.sql.go", "inboxPurge")
 	q := queues[0]
 	for _, f := range strings.Split(spec, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

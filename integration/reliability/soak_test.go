@@ -45,7 +45,7 @@ func soakDuration(t *testing.T) time.Duration {
 // processors' vacuum policy (processor.KeepVacuumed), with half the
 // messages keyed (promotions in every complete and dead letter) and strict
 // ordering switched on and off. It asserts the store's
-// one lock order (db/queries/queue.sql.tmpl): no call returned an error
+// one lock order (db/queries/partials.sql.tmpl): no call returned an error
 // (outcomes such as lost or terminal are answers, not errors), and the
 // database's deadlock counter moved no more than the one cycle that order
 // cannot prevent explains (see the bound below).
@@ -102,7 +102,7 @@ func TestSoakAllOperations(t *testing.T) {
 		t.Errorf("soak: call failed: %v", e)
 	}
 	// No call failed, deadlocks included: the store sends a deadlock's
-	// victim again (leasing/pipeline.go). The counter still counts those,
+	// victim again (leasing/postgres_send.go). The counter still counts those,
 	// from the one cycle the lock order cannot prevent (a SKIP LOCKED claim
 	// that follows a just-updated row waits, about once in 100,000 calls,
 	// see deadlockRetries). A statement out of the lock order deadlocks far

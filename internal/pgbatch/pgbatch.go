@@ -1,16 +1,15 @@
-// Package pgbatch runs sqlc-generated statements in one pgx.Batch. The
-// generated query methods run a statement on a gen.DBTX and read its result
-// at once, so a caller calls each of them twice: first on a Recorder, which
-// queues the statement and its arguments and runs nothing, then, after the
-// batch was sent, on a Replayer, which hands each call the next statement's
-// result. The SQL stays the sqlc-generated text with bound parameters;
-// nothing is built from strings. leasing's pipeline and internal/explain
-// (which explains the statement a claim sends) use it.
+// Package pgbatch runs sqlc-generated statements in one pgx.Batch. A
+// generated method runs its statement on a gen.DBTX and reads the result at
+// once, so Send calls each step twice: on a Recorder, which queues the
+// statement and runs nothing, then, once the batch was sent, on a Replayer,
+// which hands it the next result. The SQL stays the generated text with
+// bound parameters. leasing's send and internal/explain use it.
 package pgbatch
 
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -99,4 +98,36 @@ func (r Replayer) QueryRow(context.Context, string, ...any) pgx.Row {
 // CopyFrom fails: COPY cannot be part of a batch.
 func (r Replayer) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
 	return 0, errors.New("pgbatch: COPY cannot be replayed from a batch")
+}
+
+// Sender sends a batch: a pool (one implicit transaction), a connection or
+// an open transaction.
+type Sender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Send runs steps, each one generated statement on the gen.DBTX it is
+// given, in one batch on db, and returns the first error: a step's or the
+// batch's.
+func Send(ctx context.Context, db Sender, steps ...func(gen.DBTX) error) error {
+	var rec Recorder
+	for _, step := range steps {
+		if err := step(&rec); !errors.Is(err, ErrCaptured) {
+			return fmt.Errorf("pgbatch: record step: %v", err)
+		}
+	}
+	if rec.Batch.Len() != len(steps) {
+		return fmt.Errorf("pgbatch: recorded %d statements for %d steps", rec.Batch.Len(), len(steps))
+	}
+	results := db.SendBatch(ctx, &rec.Batch)
+	var first error
+	for _, step := range steps {
+		if first = step(Replayer{Results: results}); first != nil {
+			break
+		}
+	}
+	if err := results.Close(); first == nil {
+		first = err
+	}
+	return first
 }

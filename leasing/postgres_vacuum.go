@@ -51,21 +51,14 @@ type KeysVacuum struct {
 	Duration time.Duration
 }
 
-// VacuumIfDead runs VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) on the queue's
-// table, then VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED, ANALYZE) on its
-// ordering keys' table (db/queries/queue.sql.tmpl), each when PostgreSQL's
+// VacuumIfDead vacuums the queue's table, then (with ANALYZE) its ordering
+// keys' table (db/queries/vacuum.sql.tmpl), each when PostgreSQL's
 // statistics count at least deadRows (> 0) dead row versions in it and no
-// VACUUM of it is running. The keys' table is also vacuumed, once, when it
-// holds rows and was never analysed, so that the planner has its
-// statistics (a generic plan made without them may read it with a
-// sequential scan). A schema before migration 00010 has no keys' table:
-// the queue's table alone is checked. The checks run at READ COMMITTED,
-// in one round trip, like every other statement of the store; VACUUM
-// cannot run in a transaction, and SKIP_LOCKED makes it skip a table it
-// cannot lock at once, so the lock timeout does not concern it. VACUUM
-// holds one pool connection, outside any transaction, for as long as it
-// runs: size the pool with one connection to spare for it. Concurrent
-// callers are safe (one vacuums, the others skip).
+// VACUUM of it runs; the keys' table also once when it holds rows and was
+// never analysed, so that the planner has its statistics. A schema before
+// migration 00010 has no keys' table. VACUUM runs outside any transaction
+// on one pool connection (size the pool with one to spare) and skips a
+// table it cannot lock at once; concurrent callers are safe.
 //
 // Errors: an *ArgumentError for deadRows <= 0; ErrVacuumNotAllowed when
 // the user may not VACUUM one of the tables (nothing is sent); otherwise
@@ -75,24 +68,18 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 	if err := ValidatePositive("vacuum dead rows", deadRows); err != nil {
 		return Vacuum{}, err
 	}
-	var table, keys gen.VacuumStateRow
-	hasKeys := true
-	err := s.pipelineAnySchema(ctx,
-		func(db gen.DBTX) (err error) {
-			table, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.Table()})
-			return err
-		},
-		func(db gen.DBTX) (err error) {
-			keys, err = gen.New().VacuumState(ctx, db, gen.VacuumStateParams{TableName: s.queue.KeyTable()})
-			if errors.Is(err, pgx.ErrNoRows) { // a schema before 00010
-				hasKeys = false
-				return nil
-			}
-			return err
-		})
-	if err != nil {
+	g := gen.New()
+	table := bind(g.VacuumState, gen.VacuumStateParams{TableName: s.queue.Table()})
+	keys := &optional[gen.VacuumStateParams, gen.VacuumStateRow]{stmt: bind(g.VacuumState, gen.VacuumStateParams{TableName: s.queue.KeyTable()})}
+	if err := s.send(ctx, anySchema, table, keys); err != nil {
 		return Vacuum{}, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
 	}
+	return s.vacuum(ctx, deadRows, table.out, keys.out, keys.found)
+}
+
+// vacuum is VacuumIfDead once the tables' states are read; hasKeys is
+// false on a schema before migration 00010.
+func (s *Postgres) vacuum(ctx context.Context, deadRows int64, table, keys gen.VacuumStateRow, hasKeys bool) (Vacuum, error) {
 	v := Vacuum{DeadRows: table.DeadRows}
 	var denied []string
 	if !table.MayVacuum {
@@ -109,14 +96,14 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 	}
 	if vacuumDue(table, deadRows, false) {
 		start := time.Now()
-		if err := s.sql.vacuum(ctx, s.pool); err != nil {
+		if err := runIn(ctx, s.pool, bind(s.q.vacuum, struct{}{})); err != nil {
 			return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue.Table(), err)
 		}
 		v.Ran, v.Duration = true, time.Since(start)
 	}
 	if hasKeys && vacuumDue(keys, deadRows, true) {
 		start := time.Now()
-		if err := s.sql.vacuumKeys(ctx, s.pool); err != nil {
+		if err := runIn(ctx, s.pool, bind(s.q.vacuumKeys, struct{}{})); err != nil {
 			return v, fmt.Errorf("leasing: vacuum %s: %w", s.queue.KeyTable(), err)
 		}
 		v.Keys.Ran, v.Keys.Duration = true, time.Since(start)
@@ -132,4 +119,21 @@ func vacuumDue(st gen.VacuumStateRow, deadRows int64, analyse bool) bool {
 		return false
 	}
 	return st.DeadRows >= deadRows || analyse && !st.Analyzed && st.LiveRows > 0
+}
+
+// optional is a step whose statement may return no row: found says
+// whether it did, and no row is no error.
+type optional[P, R any] struct {
+	stmt  *stmt[P, R]
+	out   R
+	found bool
+}
+
+func (o *optional[P, R]) run(ctx context.Context, db gen.DBTX) error {
+	err := o.stmt.run(ctx, db)
+	o.out, o.found = o.stmt.out, !errors.Is(err, pgx.ErrNoRows)
+	if !o.found {
+		return nil
+	}
+	return err
 }

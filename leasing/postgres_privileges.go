@@ -15,13 +15,10 @@ import (
 
 // ErrPermissionDenied is matched (errors.Is) by the error of a Postgres
 // call that the database refused for lack of a privilege or for a
-// row-level security policy (SQLSTATE 42501, insufficient_privilege; the
-// error also wraps the server's *pgconn.PgError), and by every
-// *PrivilegeError. The refused transaction changed nothing; trying it
-// again changes nothing either until someone grants what is missing
-// (db/roles.sql grants a processor's privileges to leasestore_processor).
-// (A claim whose freeing of parked rows' keys is refused committed the
-// claim: see ParkedError.KeysNotFreed.) Memory never returns it.
+// row-level security policy (SQLSTATE 42501; the server's
+// *pgconn.PgError stays in the chain), and by every *PrivilegeError. The
+// refused transaction changed nothing (but see ParkedError.KeysNotFreed);
+// db/roles.sql grants what a processor needs. Memory never returns it.
 var ErrPermissionDenied = errors.New("leasing: permission denied")
 
 // RefusedCall is one store call whose statements the database refused to
@@ -81,27 +78,16 @@ func (e *PrivilegeError) refused() string {
 func (e *PrivilegeError) Is(target error) bool { return target == ErrPermissionDenied }
 
 // CheckPrivileges checks that the database lets the store's role run
-// every statement a processor sends: claim (untenanted and of one
-// tenant), renew, release, release orphans, complete (publish), fail,
-// dead letter, and the freeing of ordering keys that completes and dead
-// letters of keyed messages do. It runs each call's statements for no
-// message (claims of zero rows, writes of no leases, an orphan sweep for
-// an owner that holds nothing) in a transaction of its own that it rolls
-// back, with the settings every call runs with (READ COMMITTED, generic
-// plans, PostgresOptions.LockTimeout), so the server checks the table and
-// column privileges those statements use, and nothing changes. Row-level
-// security policies are not checked: no row is read. It first waits for
-// the store's schema check, like a claim. It does not check what
-// enqueues, requeues, purges and VACUUM need (see VacuumIfDead).
-// processor.Processor calls it before its first claim and refuses to run
-// on a *PrivilegeError: without those privileges its claims could succeed
-// and its outcome writes fail, so that every handler would run again after
-// each lease expiry.
+// every statement a processor sends (RefusedCall.Call lists them): it
+// sends each call's statements for no message, as the hot path sends
+// them, in a transaction it rolls back, so the server checks the table and
+// column privileges and nothing changes. Row-level security is not
+// checked (no row is read), nor what enqueues, requeues, purges and
+// VACUUM need. processor.Processor calls it before its first claim: with
+// claims allowed and outcome writes refused, every handler would run
+// again after each lease expiry.
 //
-// Errors: a *PrivilegeError naming each refused call; a *SchemaError when
-// the schema check fails; ErrLockTimeout when a statement waited longer
-// than PostgresOptions.LockTimeout for a table lock (DDL); otherwise the
-// driver error.
+// Errors: a *PrivilegeError naming each refused call; else as Store's.
 func (s *Postgres) CheckPrivileges(ctx context.Context) error {
 	if err := s.schemaReady(ctx); err != nil {
 		return err
@@ -116,17 +102,16 @@ func (s *Postgres) CheckPrivileges(ctx context.Context) error {
 	return &PrivilegeError{Queue: s.queue, User: s.pool.Config().ConnConfig.User, Refused: refused}
 }
 
-// checkTimeout bounds the rollback of each transaction of refusedCalls,
-// which runs even when ctx has ended.
+// checkTimeout bounds each rollback of refusedCalls, which runs even when
+// ctx has ended.
 const checkTimeout = 5 * time.Second
 
 // refusedCalls runs each of processorCalls in a transaction of its own,
-// in one batch after the prelude of pipeline (READ COMMITTED, generic
-// plans, the lock timeout), and rolls it back; it returns the calls
+// sent as the hot path sends, and rolls it back; it returns the calls
 // refused for lack of a privilege.
 func (s *Postgres) refusedCalls(ctx context.Context) ([]RefusedCall, error) {
 	var refused []RefusedCall
-	for _, c := range s.processorCalls(ctx) {
+	for _, c := range s.processorCalls() {
 		err := s.rolledBack(ctx, c.steps)
 		switch {
 		case errors.Is(err, ErrPermissionDenied):
@@ -140,7 +125,7 @@ func (s *Postgres) refusedCalls(ctx context.Context) ([]RefusedCall, error) {
 
 // rolledBack sends steps as sendOnce does, in a transaction that it then
 // rolls back.
-func (s *Postgres) rolledBack(ctx context.Context, steps []func(gen.DBTX) error) error {
+func (s *Postgres) rolledBack(ctx context.Context, steps []step) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return mapErr(err)
@@ -150,43 +135,45 @@ func (s *Postgres) rolledBack(ctx context.Context, steps []func(gen.DBTX) error)
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
-	return s.sendOnce(ctx, tx, s.genericPlansStep(ctx), steps)
+	return s.sendOnce(ctx, tx, hotPath, steps)
 }
 
 // processorCall is one call of a processor, as CheckPrivileges runs it:
-// its statements for no message, one step each.
+// its statements for no message.
 type processorCall struct {
 	name  string
-	steps []func(db gen.DBTX) error
+	steps []step
 }
 
 // processorCalls returns the calls a processor makes, each sending its
 // statements for no message.
-func (s *Postgres) processorCalls(ctx context.Context) []processorCall {
+func (s *Postgres) processorCalls() []processorCall {
 	now := s.pinned()
 	// An owner no lease has, so that even release orphans matches no row.
 	owner := NewOwner("privilege-check")
-	none := fenceArgs{now: now, owner: owner, ids: []uuid.UUID{}, generations: []int64{}}
-	noFailures := failArgs{fenceArgs: none, retryDelays: []time.Duration{}, lastErrors: []string{}, attemptErrors: []string{}}
-	claim := claimArgs{now: now, owner: owner}
+	none := idTexts(nil)
 	complete := "complete"
 	if s.queue == Outbox {
 		complete = "publish"
 	}
-	one := func(step func(gen.DBTX) error) []func(gen.DBTX) error { return []func(gen.DBTX) error{step} }
 	return []processorCall{
-		{"claim", []func(gen.DBTX) error{
-			func(db gen.DBTX) error { _, _, err := s.sql.claim(ctx, db, claim); return err },
-			func(db gen.DBTX) error { _, _, err := s.sql.claimTenant(ctx, db, claim); return err },
+		{"claim", []step{
+			bind(s.q.claim, gen.InboxClaimParams{Now: now, LeaseOwner: owner}),
+			bind(s.q.claimTenant, gen.InboxClaimTenantParams{Now: now, LeaseOwner: owner}),
 		}},
-		{"renew", one(func(db gen.DBTX) error { _, err := s.sql.renew(ctx, db, none, 0); return err })},
-		{"release", one(func(db gen.DBTX) error { _, err := s.sql.release(ctx, db, none); return err })},
-		{"release orphans", one(func(db gen.DBTX) error { _, err := s.sql.releaseOrphans(ctx, db, now, owner, nil); return err })},
-		{complete, one(func(db gen.DBTX) error { _, err := s.sql.complete(ctx, db, none); return err })},
-		{"fail", one(func(db gen.DBTX) error { _, err := s.sql.fail(ctx, db, noFailures); return err })},
-		{"dead letter", one(func(db gen.DBTX) error { _, err := s.sql.deadLetter(ctx, db, noFailures); return err })},
+		{"renew", []step{bind(s.q.renew, gen.InboxRenewParams{MessageIds: none, LeaseGenerations: []int64{}, LeaseOwner: owner, Now: now})}},
+		{"release", []step{bind(s.q.release, gen.InboxReleaseParams{MessageIds: none, LeaseGenerations: []int64{}, Now: now, LeaseOwner: owner})}},
+		{"release orphans", []step{bind(s.q.releaseOrphans, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: none, Now: now})}},
+		{complete, []step{bind(s.q.complete, gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: none, LeaseGenerations: []int64{}, Now: now})}},
+		{"fail", []step{bind(s.q.fail, gen.InboxFailParams{
+			MessageIds: none, LeaseGenerations: []int64{}, RetryDelays: []time.Duration{}, LastErrors: []string{},
+			AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
+		})}},
+		{"dead letter", []step{bind(s.q.deadLetter, gen.InboxDeadLetterParams{
+			MessageIds: none, LeaseGenerations: []int64{}, LastErrors: []string{}, AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
+		})}},
 		// The statements a complete or dead letter of keyed leases adds,
 		// for an id no message has.
-		{"free ordering keys", s.keySteps(ctx, []uuid.UUID{uuid.New()})},
+		{"free ordering keys", s.keySteps([]uuid.UUID{uuid.New()})},
 	}
 }

@@ -1,0 +1,64 @@
+package leasing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// Claim implements Store.Claim with one statement (db/queries/claim.sql.tmpl).
+// Rows it parks come back as a *ParkedError beside the leases.
+func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	claim := s.claim(r)
+	if err := s.send(ctx, hotPath, claim); err != nil {
+		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
+	}
+	leases, parked := claimed(s.queue, claim.result())
+	return leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
+}
+
+// CompleteAndClaim sends the Complete statement (with the key steps of the
+// keyed leases among done) and the Claim statement in one batch, one round
+// trip and one implicit transaction (one WAL flush). With no done leases
+// it is Claim.
+//
+// Errors: as Complete's and Claim's.
+func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error) {
+	if len(done) == 0 {
+		leases, err := s.Claim(ctx, r)
+		return WriteResult{Outcomes: []MessageOutcome{}}, leases, err
+	}
+	owner, err := validateLeases(s.queue, done)
+	if err == nil {
+		err = r.Validate()
+	}
+	if err != nil {
+		return WriteResult{}, nil, err
+	}
+	complete := s.complete(s.fence(owner, done))
+	claim := s.claim(r)
+	// The keys the completes free are promoted before the claim, which
+	// then sees the promoted messages.
+	steps := append(append([]step{complete}, s.keySteps(keyedIDs(done))...), claim)
+	if err = s.send(ctx, hotPath, steps...); err != nil {
+		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
+	}
+	leases, parked := claimed(s.queue, claim.result())
+	return WriteResult{Outcomes: outcomes(complete.result())}, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
+}
+
+// claim returns the claim statement for r: the tenant's claim when r
+// names a tenant.
+func (s *Postgres) claim(r ClaimRequest) result[[]gen.InboxClaimRow] {
+	now, size := s.pinned(), int32(r.BatchSize)
+	if r.TenantID != "" {
+		return bind(s.q.claimTenant, gen.InboxClaimTenantParams{
+			Now: now, TenantID: r.TenantID, BatchSize: size, LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+		})
+	}
+	return bind(s.q.claim, gen.InboxClaimParams{Now: now, BatchSize: size, LeaseOwner: r.Owner, LeaseFor: r.LeaseFor})
+}

@@ -1,0 +1,141 @@
+package leasing
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// mapErr translates driver errors into leasing's: SQLSTATE LS001 (an inbox
+// duplicate of another ordering key) to an *OrderingKeyConflictError, a
+// unique violation to ErrDuplicate with the server's detail, pgx.ErrNoRows
+// to ErrNotFound, lock_not_available (55P03) to ErrLockTimeout and
+// insufficient_privilege (42501) to ErrPermissionDenied, both wrapping the
+// server's error. Other errors, and errors it already mapped, pass unchanged.
+func mapErr(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil, errors.Is(err, ErrLockTimeout), errors.Is(err, ErrPermissionDenied):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
+		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "LS001":
+		id, _ := uuid.Parse(pgErr.Detail)
+		return &OrderingKeyConflictError{ID: id}
+	case errors.As(err, &pgErr) && pgErr.Code == "23505":
+		return fmt.Errorf("%w: %s", ErrDuplicate, pgErr.Detail)
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	}
+	return err
+}
+
+// claimed converts a claim's rows: a row with a parked reason was parked
+// by the claim (its other columns are placeholders), every other row is a
+// lease. Both keep the rows' order; leases is never nil.
+func claimed(q Queue, rows []gen.InboxClaimRow) (leases []Lease, parked []ParkedRow) {
+	leases = make([]Lease, 0, len(rows))
+	for _, r := range rows {
+		if r.ParkedReason != nil {
+			parked = append(parked, ParkedRow{ID: r.MessageID, Reason: *r.ParkedReason})
+			continue
+		}
+		leases = append(leases, Lease{
+			Queue:      q,
+			Owner:      r.LeaseOwner,
+			Generation: r.LeaseGeneration,
+			ExpiresAt:  r.LeaseExpiresAt.UTC(),
+			Attempt:    int(r.AttemptCount),
+			LastError:  deref(r.LastError),
+			DueAt:      r.DueAt.UTC(),
+			Message: Message{
+				ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
+				TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
+				OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+			},
+		})
+	}
+	return leases, parked
+}
+
+// rowOf converts a read row; the error is that of an attempts column that
+// does not hold the history's JSON.
+func rowOf(q Queue, r gen.InboxGetRow) (Row, error) {
+	attempts, err := decodeAttempts(r.Attempts)
+	if err != nil {
+		return Row{}, fmt.Errorf("%w: %s message %s", err, q, r.MessageID)
+	}
+	return Row{
+		Message: Message{
+			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
+			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
+			OrderingKey: deref(r.OrderingKey), CreatedAt: r.CreatedAt.UTC(), VisibleAfter: r.VisibleAfter.UTC(),
+		},
+		Status:            Status(r.Status),
+		LeaseOwner:        deref(r.LeaseOwner),
+		LeaseExpiresAt:    utc(r.LeaseExpiresAt),
+		LeaseGeneration:   r.LeaseGeneration,
+		OutcomeGeneration: r.OutcomeGeneration,
+		Outcome:           deref(r.Outcome),
+		AttemptCount:      int(r.AttemptCount),
+		LastAttemptedAt:   utc(r.LastAttemptedAt),
+		LastError:         deref(r.LastError),
+		FinishedAt:        utc(r.FinishedAt),
+		DeadLetteredAt:    utc(r.DeadLetteredAt),
+		KeySeq:            r.KeySeq,
+		Attempts:          attempts,
+	}, nil
+}
+
+// outcomes converts the rows of a fenced write.
+func outcomes(rows []gen.InboxCompleteRow) []MessageOutcome {
+	out := make([]MessageOutcome, len(rows))
+	for i, r := range rows {
+		out[i] = MessageOutcome{MessageID: r.MessageID, Outcome: Outcome(r.Outcome)}
+	}
+	return out
+}
+
+// idTexts is ids as the text[] parameters of the queue queries, never nil:
+// pgx encodes a []string in every query mode without knowing the
+// parameter's type (see the Complete query in db/queries/write.sql.tmpl).
+func idTexts(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
+// nullable is s as a nullable text parameter: nil for "".
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// deref is a nullable text column as a string: "" for NULL.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// utc is a nullable timestamp column in UTC.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

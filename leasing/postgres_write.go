@@ -1,0 +1,155 @@
+package leasing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// The fenced writes (db/queries/write.sql.tmpl, lease.sql.tmpl) each send
+// one statement for the batch, plus the key steps of the keyed messages a
+// write may finish, in the hot path's class.
+
+// Renew implements Store.Renew.
+func (s *Postgres) Renew(ctx context.Context, leaseFor time.Duration, leases ...Lease) (RenewResult, error) {
+	owner, err := validateLeases(s.queue, leases)
+	if err == nil {
+		err = validateLeaseFor(leaseFor)
+	}
+	if err != nil {
+		return RenewResult{}, err
+	}
+	f := s.fence(owner, leases)
+	renew := bind(s.q.renew, gen.InboxRenewParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LeaseOwner: f.owner, Now: f.now, LeaseFor: leaseFor,
+	})
+	if err := s.send(ctx, hotPath, renew); err != nil {
+		return RenewResult{}, fmt.Errorf("leasing: renew %s: %w", s.queue, err)
+	}
+	expiry := make(map[uuid.UUID]time.Time, len(renew.out))
+	for _, r := range renew.out {
+		expiry[r.MessageID] = r.LeaseExpiresAt.UTC()
+	}
+	return renewResult(leases, expiry), nil
+}
+
+// Release implements Store.Release.
+func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, error) {
+	owner, err := validateLeases(s.queue, leases)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	f := s.fence(owner, leases)
+	return s.write(ctx, "release", bind(s.q.release, gen.InboxReleaseParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
+	}), nil)
+}
+
+// ReleaseOrphans implements Store.ReleaseOrphans.
+func (s *Postgres) ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
+	if err := validateOwner(owner); err != nil {
+		return nil, err
+	}
+	release := bind(s.q.releaseOrphans, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: idTexts(held), Now: s.pinned()})
+	if err := s.send(ctx, operator, release); err != nil {
+		return nil, fmt.Errorf("leasing: release orphans %s: %w", s.queue, err)
+	}
+	return release.out, nil
+}
+
+// Complete implements Store.Complete.
+func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, error) {
+	owner, err := validateLeases(s.queue, leases)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	return s.write(ctx, "complete", s.complete(s.fence(owner, leases)), keyedIDs(leases))
+}
+
+// complete returns the Complete (Publish) statement for f.
+func (s *Postgres) complete(f fenceArgs) result[[]gen.InboxCompleteRow] {
+	return bind(s.q.complete, gen.InboxCompleteParams{
+		LeaseOwner: f.owner, MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now,
+	})
+}
+
+// Fail implements Store.Fail.
+func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, error) {
+	owner, err := validateFailures(s.queue, failures)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	f := s.failArgs(owner, failures)
+	return s.write(ctx, "fail", bind(s.q.fail, gen.InboxFailParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
+	}), nil)
+}
+
+// DeadLetter implements Store.DeadLetter.
+func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteResult, error) {
+	owner, err := validateFailures(s.queue, failures)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	f := s.failArgs(owner, failures)
+	return s.write(ctx, "dead-letter", bind(s.q.deadLetter, gen.InboxDeadLetterParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors,
+		AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
+	}), keyedIDs(leasesOf(failures)))
+}
+
+// write sends one fenced write and the key steps of keyed, the ids of the
+// keyed messages it may finish, and wraps its error with op.
+func (s *Postgres) write(ctx context.Context, op string, w result[[]gen.InboxCompleteRow], keyed []uuid.UUID) (WriteResult, error) {
+	if err := s.send(ctx, hotPath, append([]step{w}, s.keySteps(keyed)...)...); err != nil {
+		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
+	}
+	return WriteResult{Outcomes: outcomes(w.result())}, nil
+}
+
+// fenceArgs are the leases a fenced write names: one owner, and the
+// (message id, lease generation) pairs, in the same order.
+type fenceArgs struct {
+	now         *time.Time
+	owner       string
+	ids         []uuid.UUID
+	generations []int64
+}
+
+// failArgs are fenceArgs with each lease's retry delay and error text, as
+// last_error keeps it and as the attempt history keeps it.
+type failArgs struct {
+	fenceArgs
+	retryDelays   []time.Duration
+	lastErrors    []string
+	attemptErrors []string
+}
+
+// fence returns the fenced write's arguments for owner's leases.
+func (s *Postgres) fence(owner string, leases []Lease) fenceArgs {
+	f := fenceArgs{now: s.pinned(), owner: owner, ids: make([]uuid.UUID, len(leases)), generations: make([]int64, len(leases))}
+	for i, l := range leases {
+		f.ids[i], f.generations[i] = l.Message.ID, l.Generation
+	}
+	return f
+}
+
+// failArgs returns the fail and dead-letter arguments for owner's failures.
+func (s *Postgres) failArgs(owner string, failures []Failure) failArgs {
+	leases := make([]Lease, len(failures))
+	f := failArgs{
+		retryDelays: make([]time.Duration, len(failures)), lastErrors: make([]string, len(failures)),
+		attemptErrors: make([]string, len(failures)),
+	}
+	for i, fl := range failures {
+		leases[i], f.retryDelays[i], f.lastErrors[i] = fl.Lease, fl.RetryAfter, SanitizeError(fl.Error)
+		f.attemptErrors[i] = attemptError(fl.Error)
+	}
+	f.fenceArgs = s.fence(owner, leases)
+	return f
+}
