@@ -47,7 +47,7 @@ var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"internal/dbtest/roles.go", "DropRole", "DROP ROLE of a per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
 	{"internal/dbtest/store.go", "WaitStatus", "test helper: table name from the fixed two-table list (TableOf); the id is a parameter"},
 	{"internal/pgadmin/pgadmin.go", "Exec", "runs CREATE/DROP DATABASE (DDL takes no parameters), names quoted with pgx.Identifier"},
-	{"leasing/processor/listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
+	{"leasing/postgres_listener.go", "listen", "LISTEN takes no parameters; the channel is one of two fixed table names quoted with pgx.Identifier"},
 	{"internal/explain/explain.go", "explainRolledBack", "a constant EXPLAIN prefix + the sqlc-generated claim statement, and the same statement prepared under a constant name for the generic plan; values stay parameters"},
 	{"internal/pgbatch/pgbatch.go", "Exec", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
 	{"internal/pgbatch/pgbatch.go", "Query", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
