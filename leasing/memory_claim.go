@@ -123,7 +123,7 @@ func unclaimable(r *Row) string {
 	switch {
 	case r.AttemptCount >= math.MaxInt32:
 		return "attempt_count is at its limit (2147483647)"
-	case r.LeaseGeneration >= math.MaxInt64:
+	case r.LeaseGeneration == math.MaxInt64:
 		return "lease_generation is at its limit (9223372036854775807)"
 	case len(r.Headers) > 0 && !isJSONObject(r.Headers): // Load may leave them empty: none
 		return "headers are a JSON " + jsonType(r.Headers) + ", not an object"

@@ -126,13 +126,12 @@ func drain(t *testing.T, url string, q leasing.Queue, n int) time.Duration {
 	case <-time.After(2 * time.Minute):
 		t.Errorf("handled %d of %d messages in 2 minutes", len(handled), n)
 	}
-	elapsed := time.Since(start)
 	// Wait for the last outcomes to be written.
 	require.Eventually(t, func() bool {
 		st, err := seed.Stats(ctx)
 		return err == nil && st.Depth[q.Succeeded()] == int64(n)
 	}, time.Minute, 10*time.Millisecond)
-	elapsed = time.Since(start)
+	elapsed := time.Since(start)
 	cancel()
 	wg.Wait()
 	close(runErrs)

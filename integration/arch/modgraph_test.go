@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -40,7 +39,8 @@ import (
 
 func main() { _, _, _ = db.MigrateUp, leasing.NewPostgres, processor.New }
 `)
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goCmd, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command is on PATH")
 	run := func(args ...string) string {
 		cmd := exec.CommandContext(t.Context(), goCmd, args...)
 		cmd.Dir = dir

@@ -16,5 +16,4 @@ var (
 	queuesBoth         = dbtest.Queues
 	tableDigest        = dbtest.TableDigest
 	tableOf            = dbtest.TableOf
-	waitStatus         = dbtest.WaitStatus
 )

@@ -30,15 +30,6 @@ func keyed(tenant, key string, n int) []leasing.NewMessage {
 	return msgs
 }
 
-// keysOf returns the ordering key of each lease, in order.
-func keysOf(leases []leasing.Lease) []string {
-	out := make([]string, len(leases))
-	for i, l := range leases {
-		out[i] = l.Message.OrderingKey
-	}
-	return out
-}
-
 // orderingCases are the cases of ordering keys: one head per key, what
 // holds a key and what frees it, strict mode, tenants and duplicates.
 var orderingCases = []contractCase{

@@ -31,9 +31,9 @@ func (s *privilegeStore) CheckPrivileges(context.Context) error {
 }
 
 // runAlone runs a processor over store with handler until Run returns on
-// its own, and returns Run's error and what OnError received; it fails the
+// its own, and returns what OnError received and Run's error; it fails the
 // test when Run has not returned after 5 seconds.
-func runAlone(t *testing.T, store processor.Store, h processor.Handler) (error, []error) {
+func runAlone(t *testing.T, store processor.Store, h processor.Handler) ([]error, error) {
 	t.Helper()
 	reported := make(chan error, 100)
 	p, err := processor.New(store, h, processor.Options{
@@ -57,7 +57,7 @@ func runAlone(t *testing.T, store processor.Store, h processor.Handler) (error, 
 	for err := range reported {
 		errs = append(errs, err)
 	}
-	return runErr, errs
+	return errs, runErr
 }
 
 // TestPrivileges: a processor whose store's role lacks privileges does not
@@ -77,7 +77,7 @@ func TestPrivileges(t *testing.T) {
 			claims.Add(1)
 			return b.mem.Claim(ctx, r)
 		}
-		runErr, reported := runAlone(t, store, func(context.Context, leasing.Lease) error { handled.Add(1); return nil })
+		reported, runErr := runAlone(t, store, func(context.Context, leasing.Lease) error { handled.Add(1); return nil })
 
 		var pe *leasing.PrivilegeError
 		require.ErrorAs(t, runErr, &pe)
@@ -144,7 +144,7 @@ func TestPrivileges(t *testing.T) {
 		}
 		// Slow enough handlers (one slot, one message per claim) that the
 		// refusal of the first outcome comes before a third claim.
-		runErr, reported := runAlone(t, store, func(context.Context, leasing.Lease) error { time.Sleep(100 * time.Millisecond); return nil })
+		reported, runErr := runAlone(t, store, func(context.Context, leasing.Lease) error { time.Sleep(100 * time.Millisecond); return nil })
 
 		require.ErrorIs(t, runErr, leasing.ErrPermissionDenied)
 		require.ErrorContains(t, runErr, "processor: inbox stopped: the database refused an outcome write")
