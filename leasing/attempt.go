@@ -16,27 +16,27 @@ const AttemptHistoryLimit = 20
 // cut on a rune boundary; Row.LastError keeps up to MaxErrorBytes.
 const MaxAttemptErrorBytes = 1 << 10
 
-// AttemptOutcome is how one attempt in a row's history ended.
-type AttemptOutcome string
+// AttemptEnd is how one attempt in a row's history ended.
+type AttemptEnd string
 
 // The attempt outcomes, spelled as stored.
 const (
 	// AttemptCompleted: the inbox handler succeeded (Complete).
-	AttemptCompleted AttemptOutcome = "completed"
+	AttemptCompleted AttemptEnd = "completed"
 	// AttemptPublished: the outbox message was published (Complete).
-	AttemptPublished AttemptOutcome = "published"
+	AttemptPublished AttemptEnd = "published"
 	// AttemptFailed: Fail wrote failed; the message is retried.
-	AttemptFailed AttemptOutcome = "failed"
+	AttemptFailed AttemptEnd = "failed"
 	// AttemptReleased: Release or ReleaseOrphans gave the lease back
 	// (not counted).
-	AttemptReleased AttemptOutcome = "released"
+	AttemptReleased AttemptEnd = "released"
 	// AttemptDeadLettered: DeadLetter or an operator wrote dead_lettered.
-	AttemptDeadLettered AttemptOutcome = "dead_lettered"
+	AttemptDeadLettered AttemptEnd = "dead_lettered"
 	// AttemptExpired: the lease expired; the claim that took over wrote it.
-	AttemptExpired AttemptOutcome = "expired"
+	AttemptExpired AttemptEnd = "expired"
 	// AttemptRequeued: an operator requeued the dead letter; attempt
 	// numbers start again at 1.
-	AttemptRequeued AttemptOutcome = "requeued"
+	AttemptRequeued AttemptEnd = "requeued"
 )
 
 // Attempt is one entry of a row's attempt history (Row.Attempts): one
@@ -52,8 +52,8 @@ type Attempt struct {
 	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
 	// FinishedAt is when the entry was written (expired: the lease's end).
 	FinishedAt time.Time `json:"finished_at"`
-	// Outcome is how the attempt ended.
-	Outcome AttemptOutcome `json:"outcome"`
+	// End is how the attempt ended; stored under the key "outcome".
+	End AttemptEnd `json:"outcome"`
 	// Error is the failure's text (MaxAttemptErrorBytes) or the operator's
 	// reason.
 	Error string `json:"error,omitempty"`
@@ -66,7 +66,7 @@ type Attempt struct {
 
 // String describes the attempt on one line for logs and the CLI.
 func (a Attempt) String() string {
-	s := fmt.Sprintf("#%d %s at %s", a.Attempt, a.Outcome, a.FinishedAt.Format(time.RFC3339Nano))
+	s := fmt.Sprintf("#%d %s at %s", a.Attempt, a.End, a.FinishedAt.Format(time.RFC3339Nano))
 	if a.Owner != "" {
 		s += fmt.Sprintf(" lease %s#%d", a.Owner, a.Generation)
 	}
@@ -123,9 +123,9 @@ func appendAttempt(history []Attempt, a Attempt) []Attempt {
 
 // wrote reports whether the lease (owner, generation) itself recorded
 // outcome in history.
-func wrote(history []Attempt, owner string, generation int64, outcome AttemptOutcome) bool {
+func wrote(history []Attempt, owner string, generation int64, outcome AttemptEnd) bool {
 	for _, a := range history {
-		if a.Generation == generation && a.Owner == owner && a.Outcome == outcome && !a.Operator {
+		if a.Generation == generation && a.Owner == owner && a.End == outcome && !a.Operator {
 			return true
 		}
 	}

@@ -99,7 +99,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 			}
 			r.Attempts = appendAttempt(r.Attempts, Attempt{
 				Attempt: r.AttemptCount, Generation: r.LeaseGeneration, Owner: r.LeaseOwner,
-				ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: finished, Outcome: AttemptExpired,
+				ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: finished, End: AttemptExpired,
 			})
 		}
 		expires := now.Add(leaseFor)

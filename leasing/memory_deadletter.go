@@ -36,7 +36,7 @@ func (m *Memory) DeadLetterByID(ctx context.Context, r DeadLetterByIDRequest) (A
 		}
 		return Attempt{}, &LeaseHeldError{Queue: m.queue, ID: r.ID, Owner: row.LeaseOwner, ExpiresAt: expires}
 	}
-	a := Attempt{Attempt: row.AttemptCount, FinishedAt: now, Outcome: AttemptDeadLettered, Error: attemptError(r.Reason), Operator: true}
+	a := Attempt{Attempt: row.AttemptCount, FinishedAt: now, End: AttemptDeadLettered, Error: attemptError(r.Reason), Operator: true}
 	if inFlight {
 		a.Generation, a.Owner, a.ClaimedAt = row.LeaseGeneration, row.LeaseOwner, cloneTime(row.LastAttemptedAt)
 		a.Forced = live && row.LeaseExpiresAt != nil

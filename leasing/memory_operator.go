@@ -44,7 +44,7 @@ func (m *Memory) requeue(want func(uuid.UUID) bool) []uuid.UUID {
 		if r.Status != StatusDeadLettered || !want(id) {
 			continue
 		}
-		r.Attempts = appendAttempt(r.Attempts, Attempt{Attempt: r.AttemptCount, FinishedAt: now, Outcome: AttemptRequeued, Operator: true})
+		r.Attempts = appendAttempt(r.Attempts, Attempt{Attempt: r.AttemptCount, FinishedAt: now, End: AttemptRequeued, Operator: true})
 		r.Status, r.VisibleAfter, r.AttemptCount = StatusPending, now, 0
 		r.LeaseOwner, r.LeaseExpiresAt, r.LastError, r.DeadLetteredAt = "", nil, "", nil
 		if r.OrderingKey != "" && !m.holdsKey(r) {

@@ -43,8 +43,8 @@ func (m *Memory) Renew(ctx context.Context, leaseFor time.Duration, leases ...Le
 // write applies set to every row its lease still holds, with the
 // attempt's history entry, and classifies the rest as the SQL does:
 // already applied (history entry, or done for older rows), terminal, lost,
-// not found. column, if set, goes to OutcomeGeneration and Outcome.
-func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, errText func(int) string,
+// not found. column, if set, goes to LastWriteGeneration and LastWrite.
+func (m *Memory) write(leases []Lease, outcome AttemptEnd, column string, errText func(int) string,
 	done func(*Row, Lease) bool, set func(*Row, int, time.Time)) WriteResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -63,7 +63,7 @@ func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, er
 			r.Attempts = appendAttempt(r.Attempts, a)
 			m.finishHead(r, now)
 			if column != "" {
-				r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, column
+				r.LastWriteGeneration, r.LastWrite = r.LeaseGeneration, column
 			}
 			o = OutcomeApplied
 		case r == nil:
@@ -81,10 +81,10 @@ func (m *Memory) write(leases []Lease, outcome AttemptOutcome, column string, er
 }
 
 // attemptOf returns the history entry of r's current lease ending now.
-func (m *Memory) attemptOf(r *Row, outcome AttemptOutcome, now time.Time) Attempt {
+func (m *Memory) attemptOf(r *Row, outcome AttemptEnd, now time.Time) Attempt {
 	return Attempt{
 		Attempt: r.AttemptCount, Generation: r.LeaseGeneration, Owner: r.LeaseOwner,
-		ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: now, Outcome: outcome,
+		ClaimedAt: cloneTime(r.LastAttemptedAt), FinishedAt: now, End: outcome,
 	}
 }
 
@@ -98,7 +98,7 @@ func wroteAs(s Status) func(*Row, Lease) bool {
 // recorded returns a done check: lease l's generation wrote outcome.
 func recorded(outcome string) func(*Row, Lease) bool {
 	return func(r *Row, l Lease) bool {
-		return r.OutcomeGeneration == l.Generation && r.Outcome == outcome
+		return r.LastWriteGeneration == l.Generation && r.LastWrite == outcome
 	}
 }
 
@@ -146,7 +146,7 @@ func (m *Memory) ReleaseOrphans(ctx context.Context, owner string, held []uuid.U
 		a := m.attemptOf(r, AttemptReleased, now)
 		release(r, now)
 		r.Attempts = appendAttempt(r.Attempts, a)
-		r.OutcomeGeneration, r.Outcome = r.LeaseGeneration, "released"
+		r.LastWriteGeneration, r.LastWrite = r.LeaseGeneration, "released"
 		released = append(released, id)
 	}
 	slices.SortFunc(released, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
@@ -188,7 +188,7 @@ func (m *Memory) Complete(ctx context.Context, leases ...Lease) (WriteResult, er
 	if err := ctx.Err(); err != nil {
 		return WriteResult{}, err
 	}
-	return m.write(leases, AttemptOutcome(m.queue.Succeeded()), "", nil, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
+	return m.write(leases, AttemptEnd(m.queue.Succeeded()), "", nil, wroteAs(m.queue.Succeeded()), func(r *Row, _ int, now time.Time) {
 		r.Status, r.FinishedAt, r.LeaseExpiresAt = m.queue.Succeeded(), &now, nil
 	}), nil
 }

@@ -44,7 +44,7 @@ func TestMemoryClaimParksUnclaimableRows(t *testing.T) {
 			rows := []leasing.Row{
 				row(0, func(r *leasing.Row) { r.AttemptCount = math.MaxInt32 }),
 				row(1, keep),
-				row(2, func(r *leasing.Row) { r.LeaseGeneration, r.OutcomeGeneration = math.MaxInt64, 7 }),
+				row(2, func(r *leasing.Row) { r.LeaseGeneration, r.LastWriteGeneration = math.MaxInt64, 7 }),
 				row(3, func(r *leasing.Row) { r.Headers = json.RawMessage(`[1]`) }),
 				row(4, func(r *leasing.Row) { r.Headers = json.RawMessage(`{"a":1}`) }), // an object: claimable
 				row(5, func(r *leasing.Row) { r.Headers = json.RawMessage(`null`) }),

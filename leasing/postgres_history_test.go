@@ -137,11 +137,11 @@ func TestAttemptHistorySequence(t *testing.T) {
 			require.NoError(t, err)
 			want := []leasing.Attempt{
 				{Attempt: 1, Generation: l1.Generation, Owner: "worker-a", ClaimedAt: &t1, FinishedAt: t2,
-					Outcome: leasing.AttemptFailed, Error: "connection refused"},
+					End: leasing.AttemptFailed, Error: "connection refused"},
 				{Attempt: 2, Generation: l2.Generation, Owner: "worker-b", ClaimedAt: &t3, FinishedAt: l2.ExpiresAt,
-					Outcome: leasing.AttemptExpired},
+					End: leasing.AttemptExpired},
 				{Attempt: 3, Generation: l3.Generation, Owner: "worker-c", ClaimedAt: &t4, FinishedAt: t5,
-					Outcome: leasing.AttemptDeadLettered, Error: "schema mismatch"},
+					End: leasing.AttemptDeadLettered, Error: "schema mismatch"},
 			}
 			require.Equal(t, want, row.Attempts)
 
@@ -157,7 +157,7 @@ func TestAttemptHistorySequence(t *testing.T) {
 			entry, err := store.DeadLetterByID(ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: "poison: see ticket 42", Force: true})
 			require.NoError(t, err)
 			forced := leasing.Attempt{Attempt: 1, Generation: l4.Generation, Owner: "worker-d", ClaimedAt: &t6, FinishedAt: t7,
-				Outcome: leasing.AttemptDeadLettered, Error: "poison: see ticket 42", Operator: true, Forced: true}
+				End: leasing.AttemptDeadLettered, Error: "poison: see ticket 42", Operator: true, Forced: true}
 			require.Equal(t, forced, entry)
 			res, err = store.Complete(ctx, l4)
 			require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestAttemptHistorySequence(t *testing.T) {
 
 			row, err = store.Get(ctx, id)
 			require.NoError(t, err)
-			want = append(want, leasing.Attempt{Attempt: 3, FinishedAt: t6, Outcome: leasing.AttemptRequeued, Operator: true}, forced)
+			want = append(want, leasing.Attempt{Attempt: 3, FinishedAt: t6, End: leasing.AttemptRequeued, Operator: true}, forced)
 			require.Equal(t, want, row.Attempts)
 			require.Equal(t, leasing.StatusDeadLettered, row.Status)
 			require.Equal(t, l4.Generation+1, row.LeaseGeneration)

@@ -147,11 +147,12 @@ type Row struct {
 	LeaseExpiresAt *time.Time
 	// LeaseGeneration is the fencing token: +1 per claim, never reset.
 	LeaseGeneration int64
-	// OutcomeGeneration is the generation that wrote the latest release,
-	// fail or dead-letter (0 if none), and Outcome what it wrote. Attempts
+	// LastWriteGeneration is the generation that wrote the latest release,
+	// fail or dead-letter (0 if none), and LastWrite what it wrote (the
+	// outcome_generation and outcome columns). Attempts
 	// decides retried writes; these two serve rows of older versions.
-	OutcomeGeneration int64
-	Outcome           string
+	LastWriteGeneration int64
+	LastWrite           string
 	// AttemptCount is the number of claims not released.
 	AttemptCount    int
 	LastAttemptedAt *time.Time

@@ -74,7 +74,7 @@ func TestGetPrintsHistory(t *testing.T) {
 		row, err := store.Get(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, row.Attempts, got.Attempts)
-		require.Equal(t, leasing.AttemptFailed, got.Attempts[0].Outcome)
+		require.Equal(t, leasing.AttemptFailed, got.Attempts[0].End)
 		require.Equal(t, "connection refused\nat line 2", got.Attempts[0].Error)
 		require.Equal(t, "worker-a", got.Attempts[0].Owner)
 		require.Equal(t, first.Generation, got.Attempts[0].Generation)
@@ -128,7 +128,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Equal(t, held.Generation+1, got.LeaseGeneration)
 		require.Len(t, got.Attempts, 1)
 		entry := got.Attempts[0]
-		require.Equal(t, leasing.AttemptDeadLettered, entry.Outcome)
+		require.Equal(t, leasing.AttemptDeadLettered, entry.End)
 		require.True(t, entry.Operator)
 		require.True(t, entry.Forced)
 		require.Equal(t, "worker-a", entry.Owner)

@@ -178,7 +178,7 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tLEASE\tCLAIMED AT\tFINISHED AT\tERROR")
 	for _, a := range row.Attempts {
-		outcome := string(a.Outcome)
+		outcome := string(a.End)
 		if a.Operator {
 			outcome += " (operator)"
 		}

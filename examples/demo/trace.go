@@ -141,7 +141,7 @@ func printSpanTrees(out io.Writer, spans []sdktrace.ReadOnlySpan) {
 func spanDetail(s sdktrace.ReadOnlySpan, names map[trace.SpanID]string) string {
 	var parts []string
 	for _, key := range []attribute.Key{"messaging.leasestore.attempt", "messaging.leasestore.lease.generation", "messaging.batch.message_count",
-		"messaging.leasestore.outcome", "error.type", "messaging.leasestore.write.outcome", "messaging.leasestore.renew.renewed"} {
+		"messaging.leasestore.process.result", "error.type", "messaging.leasestore.write.outcome", "messaging.leasestore.renew.renewed"} {
 		if v := attrValue(s.Attributes(), key); v.Type() != attribute.EMPTY {
 			short := strings.TrimPrefix(strings.TrimPrefix(string(key), "messaging.leasestore."), "messaging.batch.")
 			parts = append(parts, short+"="+v.String())

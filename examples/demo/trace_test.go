@@ -34,8 +34,8 @@ func TestDemoTrace(t *testing.T) {
 	// process span, linked to the send span, and the handler's span under it.
 	for _, pattern := range []string{
 		`(?m)^  trace [0-9a-f]{32}\n    POST /orders +server .*\n      send outbox +producer `,
-		`(?m)^    claim outbox +client .* message_count=1 ⇠ send outbox\n      process outbox +consumer .* attempt=1 lease\.generation=1 outcome=failed error\.type=handler_error write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
-		`(?m)^    claim outbox +client .* ⇠ send outbox\n      process outbox +consumer .* attempt=2 lease\.generation=2 outcome=published write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
+		`(?m)^    claim outbox +client .* message_count=1 ⇠ send outbox\n      process outbox +consumer .* attempt=1 lease\.generation=1 process\.result=failed error\.type=handler_error write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
+		`(?m)^    claim outbox +client .* ⇠ send outbox\n      process outbox +consumer .* attempt=2 lease\.generation=2 process\.result=published write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
 		`(?m)^    fail outbox +client .* ⇠ process outbox #1$`,
 		`(?m)^    complete outbox +client .* ⇠ process outbox #2$`,
 		`(?m)^    renew outbox +client .* renew\.renewed=1$`,

@@ -113,7 +113,7 @@ func normAttempts(history []leasing.Attempt) string {
 	parts := make([]string, len(history))
 	for i, a := range history {
 		parts[i] = fmt.Sprintf("{#%d gen=%d owner=%q claimed=%s finished=%s %s error=%q operator=%t forced=%t}",
-			a.Attempt, a.Generation, a.Owner, normTimePtr(a.ClaimedAt), normTime(a.FinishedAt), a.Outcome, a.Error, a.Operator, a.Forced)
+			a.Attempt, a.Generation, a.Owner, normTimePtr(a.ClaimedAt), normTime(a.FinishedAt), a.End, a.Error, a.Operator, a.Forced)
 	}
 	return "[" + strings.Join(parts, " ") + "]"
 }

@@ -137,7 +137,7 @@ func testE2EHistograms(t *testing.T, q leasing.Queue) {
 		handler := hists[name("handler_duration")]
 		outcomes := map[string]uint64{}
 		for _, dp := range handler.DataPoints {
-			v, ok := dp.Attributes.Value("outcome")
+			v, ok := dp.Attributes.Value("result")
 			require.True(t, ok)
 			outcomes[v.AsString()] += dp.Count
 			mn, ok := dp.Min.Value()

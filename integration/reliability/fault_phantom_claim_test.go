@@ -146,7 +146,7 @@ func TestFaultSweepReplyLost(t *testing.T) {
 	// Generation 1 (the phantom claim) released, then two handler runs.
 	require.Equal(t, int64(3), row.LeaseGeneration)
 	require.Len(t, row.Attempts, 3)
-	require.Equal(t, leasing.AttemptReleased, row.Attempts[0].Outcome)
+	require.Equal(t, leasing.AttemptReleased, row.Attempts[0].End)
 	require.Equal(t, int64(1), row.Attempts[0].Generation)
 	require.True(t, strings.HasPrefix(row.Attempts[0].Owner, "sweeper-"), "released by %q", row.Attempts[0].Owner)
 	require.Equal(t, int(row.LeaseGeneration)-1, row.AttemptCount, "generations minus the one release")

@@ -243,12 +243,12 @@ func testTracing(t *testing.T, b *traceBundle) {
 				require.Equal(t, "orders", a["messaging.leasestore.topic"].AsString())
 			}
 			if i == len(spans)-1 {
-				require.Equal(t, successOutcome(q), a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+				require.Equal(t, successResult(q), a["messaging.leasestore.process.result"].AsString(), "attempt %d of %s", i+1, id)
 				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 				continue
 			}
-			require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString(), "attempt %d of %s", i+1, id)
+			require.Equal(t, "failed", a["messaging.leasestore.process.result"].AsString(), "attempt %d of %s", i+1, id)
 			require.Equal(t, codes.Error, s.Status().Code)
 			want := map[uuid.UUID]string{flaky: "handler_error", panics: "panic"}[id]
 			require.Equal(t, want, a["error.type"].AsString())
@@ -456,12 +456,12 @@ func TestTracingBatch(t *testing.T) {
 				require.Equal(t, int64(1), a["messaging.leasestore.attempt"].AsInt64())
 				require.Equal(t, "applied", a["messaging.leasestore.write.outcome"].AsString())
 				if i == 1 {
-					require.Equal(t, "failed", a["messaging.leasestore.outcome"].AsString())
+					require.Equal(t, "failed", a["messaging.leasestore.process.result"].AsString())
 					require.Equal(t, "handler_error", a["error.type"].AsString())
 					require.Equal(t, codes.Error, s.Status().Code)
 					continue
 				}
-				require.Equal(t, successOutcome(q), a["messaging.leasestore.outcome"].AsString())
+				require.Equal(t, successResult(q), a["messaging.leasestore.process.result"].AsString())
 				require.Equal(t, codes.Unset, s.Status().Code)
 			}
 			completes := b.spans("complete " + string(q))
@@ -471,8 +471,8 @@ func TestTracingBatch(t *testing.T) {
 	}
 }
 
-// successOutcome is the messaging.leasestore.outcome of a success on q:
+// successResult is the messaging.leasestore.process.result of a success on q:
 // the word of its success counter.
-func successOutcome(q leasing.Queue) string {
+func successResult(q leasing.Queue) string {
 	return strings.TrimPrefix(processor.SucceededCounter(q), "processor.")
 }

@@ -126,9 +126,9 @@ var historyCases = []contractCase{
 		require.NoError(t, err)
 		require.NoError(t, res.Err())
 		want := []leasing.Attempt{
-			{Attempt: 1, Generation: l1.Generation, Owner: "a", ClaimedAt: at(t1), FinishedAt: t2, Outcome: leasing.AttemptFailed, Error: "boom"},
-			{Attempt: 2, Generation: l2.Generation, Owner: "b", ClaimedAt: at(t3), FinishedAt: l2.ExpiresAt, Outcome: leasing.AttemptExpired},
-			{Attempt: 3, Generation: l3.Generation, Owner: "c", ClaimedAt: at(t4), FinishedAt: t5, Outcome: leasing.AttemptDeadLettered,
+			{Attempt: 1, Generation: l1.Generation, Owner: "a", ClaimedAt: at(t1), FinishedAt: t2, End: leasing.AttemptFailed, Error: "boom"},
+			{Attempt: 2, Generation: l2.Generation, Owner: "b", ClaimedAt: at(t3), FinishedAt: l2.ExpiresAt, End: leasing.AttemptExpired},
+			{Attempt: 3, Generation: l3.Generation, Owner: "c", ClaimedAt: at(t4), FinishedAt: t5, End: leasing.AttemptDeadLettered,
 				Error: long[:leasing.MaxAttemptErrorBytes]},
 		}
 		row := b.get(id)
@@ -145,9 +145,9 @@ var historyCases = []contractCase{
 		require.NoError(t, err)
 		require.NoError(t, res.Err())
 		want = append(want,
-			leasing.Attempt{Attempt: 3, FinishedAt: t6, Outcome: leasing.AttemptRequeued, Operator: true},
+			leasing.Attempt{Attempt: 3, FinishedAt: t6, End: leasing.AttemptRequeued, Operator: true},
 			leasing.Attempt{Attempt: 1, Generation: l4.Generation, Owner: "d", ClaimedAt: at(t6), FinishedAt: t6,
-				Outcome: leasing.AttemptOutcome(b.q.Succeeded())},
+				End: leasing.AttemptEnd(b.q.Succeeded())},
 		)
 		require.Equal(t, want, b.get(id).Attempts)
 	}},
@@ -169,7 +169,7 @@ var historyCases = []contractCase{
 		now := b.env.Clock.Now()
 		for i, id := range ids {
 			require.Equal(t, []leasing.Attempt{{Attempt: 1, Generation: ls[i].Generation, Owner: "a", ClaimedAt: at(now),
-				FinishedAt: now, Outcome: leasing.AttemptReleased}}, b.get(id).Attempts)
+				FinishedAt: now, End: leasing.AttemptReleased}}, b.get(id).Attempts)
 		}
 		// The orphaned lease's Release retry is already applied, as before.
 		res, err := b.store.Release(b.ctx, ls[1])
@@ -226,7 +226,7 @@ var historyCases = []contractCase{
 		a, err := op.DeadLetterByID(b.ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: "stuck handler", Force: true})
 		require.NoError(t, err)
 		want := leasing.Attempt{Attempt: 1, Generation: l.Generation, Owner: "a", ClaimedAt: at(claimed), FinishedAt: now,
-			Outcome: leasing.AttemptDeadLettered, Error: "stuck handler", Operator: true, Forced: true}
+			End: leasing.AttemptDeadLettered, Error: "stuck handler", Operator: true, Forced: true}
 		require.Equal(t, want, a)
 		row := b.get(id)
 		require.Equal(t, leasing.StatusDeadLettered, row.Status)
@@ -264,7 +264,7 @@ var historyCases = []contractCase{
 		a, err := op.DeadLetterByID(b.ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: "r"})
 		require.NoError(t, err)
 		require.Equal(t, leasing.Attempt{Attempt: 1, Generation: l.Generation, Owner: "a", ClaimedAt: at(claimed),
-			FinishedAt: b.env.Clock.Now(), Outcome: leasing.AttemptDeadLettered, Error: "r", Operator: true}, a)
+			FinishedAt: b.env.Clock.Now(), End: leasing.AttemptDeadLettered, Error: "r", Operator: true}, a)
 		res, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: l, Error: "r"})
 		require.NoError(t, err)
 		require.Equal(t, []leasing.Outcome{leasing.OutcomeTerminal}, outcomes(res), "an operator's entry is never the lease's")
@@ -279,7 +279,7 @@ var historyCases = []contractCase{
 		for i, id := range ids {
 			a, err := op.DeadLetterByID(b.ctx, leasing.DeadLetterByIDRequest{ID: id, Reason: "by hand"})
 			require.NoError(t, err)
-			want := leasing.Attempt{Attempt: 1 - i, FinishedAt: now, Outcome: leasing.AttemptDeadLettered, Error: "by hand", Operator: true}
+			want := leasing.Attempt{Attempt: 1 - i, FinishedAt: now, End: leasing.AttemptDeadLettered, Error: "by hand", Operator: true}
 			require.Equal(t, want, a, "row %d", i)
 			row := b.get(id)
 			require.Equal(t, leasing.StatusDeadLettered, row.Status)

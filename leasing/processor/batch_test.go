@@ -429,7 +429,7 @@ func TestBatchProcessor(t *testing.T) {
 		b.requireCounters(t, map[string]int64{"processor.failed": 3, "processor.succeeded": 3, "processor.dead_lettered": 0})
 		outcomes := map[string]int{}
 		for _, p := range b.meter.Records(processor.MetricName(leasing.Inbox, "processor.handler_duration")) {
-			v, _ := p.Attributes.Value("outcome")
+			v, _ := p.Attributes.Value("result")
 			outcomes[v.AsString()]++
 		}
 		require.Equal(t, map[string]int{"error": 1, "success": 1}, outcomes)

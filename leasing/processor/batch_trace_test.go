@@ -125,11 +125,11 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Equal(t, attribute.IntValue(1), batch.Attributes["messaging.leasestore.batch.failed"])
 			require.Equal(t, codes.Unset, batch.Status, "one message's error is not the call's")
 			for _, i := range []int{0, 2} {
-				require.Equal(t, attribute.StringValue(successOutcome(q)), spans[i].Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue(successResult(q)), spans[i].Attributes["messaging.leasestore.process.result"])
 				require.Equal(t, attribute.StringValue("applied"), spans[i].Attributes["messaging.leasestore.write.outcome"])
 				require.Equal(t, codes.Unset, spans[i].Status)
 			}
-			require.Equal(t, attribute.StringValue("failed"), spans[1].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[1].Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("handler_error"), spans[1].Attributes["error.type"])
 			require.Equal(t, codes.Error, spans[1].Status)
 			require.Equal(t, []string{"exception"}, spans[1].Events)
@@ -155,7 +155,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Equal(t, codes.Error, batch.Status)
 			require.Equal(t, []string{"exception"}, batch.Events)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.process.result"])
 				require.Equal(t, attribute.StringValue("panic"), s.Attributes["error.type"])
 				require.Equal(t, codes.Error, s.Status)
 			}
@@ -200,7 +200,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Equal(t, []string{"handler timed out"}, batch.Events)
 			require.Equal(t, codes.Error, batch.Status)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.process.result"])
 				require.Equal(t, attribute.StringValue("timeout"), s.Attributes["error.type"])
 				require.Equal(t, []string{"handler timed out"}, s.Events, "the late return is not recorded")
 			}
@@ -214,7 +214,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 				return repeat(len(leases), context.Cause(ctx))
 			})
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.process.result"])
 				require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 				require.Equal(t, codes.Error, s.Status)
 				_, written := s.Attributes["messaging.leasestore.write.outcome"]
@@ -235,7 +235,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.Empty(t, batch.Events)
 			require.Equal(t, codes.Unset, batch.Status)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.process.result"])
 			}
 		})
 
@@ -253,7 +253,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			require.NoError(t, r.stop(t))
 			_, spans := b.requireBatch(t, ids, sends, handlerSpan)
 			for _, s := range spans {
-				require.Equal(t, attribute.StringValue("failed"), s.Attributes["messaging.leasestore.outcome"])
+				require.Equal(t, attribute.StringValue("failed"), s.Attributes["messaging.leasestore.process.result"])
 				require.Equal(t, attribute.StringValue("shutdown"), s.Attributes["error.type"])
 			}
 		})
@@ -273,7 +273,7 @@ func TestBatchProcessorTracing(t *testing.T) {
 			waitFor(t, func() bool { return len(b.process(id)) == 1 }, "process span ended")
 			s := b.process(id)[0]
 			b.requireProcess(t, s, send, 2)
-			require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("attempts_exhausted"), s.Attributes["error.type"])
 			require.Empty(t, b.batchSpans(), "no call, no batch span")
 			require.Empty(t, calls)

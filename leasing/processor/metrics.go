@@ -118,8 +118,8 @@ var writeOperations = [...]string{writeRelease: "release", writeComplete: "compl
 
 // Attribute values of the histograms.
 var (
-	outcomeSuccess = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "success")))
-	outcomeError   = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "error")))
+	resultSuccess  = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "success")))
+	resultError    = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "error")))
 	writeOperation = func() (opts [len(writeOperations)]metric.RecordOption) {
 		for kind, name := range writeOperations {
 			opts[kind] = metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", name)))
@@ -146,9 +146,9 @@ func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, lease
 // observeHandler records, deferred, the handler_duration of a call that
 // started at start, with the outcome of *err.
 func (m *metrics) observeHandler(start time.Time, err *error) {
-	opt := outcomeSuccess
+	opt := resultSuccess
 	if *err != nil {
-		opt = outcomeError
+		opt = resultError
 	}
 	m.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), opt)
 }

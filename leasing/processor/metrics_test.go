@@ -137,7 +137,7 @@ func TestHistograms(t *testing.T) {
 	outcomes := map[string]int{}
 	for _, p := range handler {
 		require.GreaterOrEqual(t, p.Value, sleep.Seconds(), "a handler call lasts at least its sleep")
-		v, ok := p.Attributes.Value("outcome")
+		v, ok := p.Attributes.Value("result")
 		require.True(t, ok)
 		outcomes[v.AsString()]++
 	}

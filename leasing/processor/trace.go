@@ -19,34 +19,34 @@ import (
 // messaging.batch.message_count, error.type); docs/processor.md, Tracing,
 // lists which span carries which.
 const (
-	attrAttempt     = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
-	attrGeneration  = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence
-	attrTenant      = "messaging.leasestore.tenant_id"        // string, when not empty
-	attrType        = "messaging.leasestore.message.type"     // string, when not empty
-	attrTopic       = "messaging.leasestore.topic"            // string: the outbox topic, when not empty
-	attrOrderingKey = "messaging.leasestore.ordering_key"     // string: the message's ordering key, when not empty
-	attrOutcome     = "messaging.leasestore.outcome"          // string: processOutcome*
-	attrWriteResult = "messaging.leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
-	attrBatchSize   = "messaging.leasestore.claim.batch_size" // int: the most messages the claim asked for
-	attrParked      = "messaging.leasestore.parked"           // int: rows the claim parked
-	attrApplied     = "messaging.leasestore.write.succeeded"  // int: writes applied or already applied
-	attrRejected    = "messaging.leasestore.write.rejected"   // int: writes the fence refused
-	attrRenewed     = "messaging.leasestore.renew.renewed"    // int: leases renewed
-	attrLost        = "messaging.leasestore.renew.lost"       // int: leases the renew found lost
-	attrFailed      = "messaging.leasestore.batch.failed"     // int: outcomes of a batch call that are errors
-	attrErrorType   = "error.type"
+	attrAttempt       = "messaging.leasestore.attempt"          // int: Lease.Attempt, 1 on the first delivery
+	attrGeneration    = "messaging.leasestore.lease.generation" // int: Lease.Generation, the fence
+	attrTenant        = "messaging.leasestore.tenant_id"        // string, when not empty
+	attrType          = "messaging.leasestore.message.type"     // string, when not empty
+	attrTopic         = "messaging.leasestore.topic"            // string: the outbox topic, when not empty
+	attrOrderingKey   = "messaging.leasestore.ordering_key"     // string: the message's ordering key, when not empty
+	attrProcessResult = "messaging.leasestore.process.result"   // string: processResult*
+	attrWriteResult   = "messaging.leasestore.write.outcome"    // string: the store's leasing.Outcome of the outcome write
+	attrBatchSize     = "messaging.leasestore.claim.batch_size" // int: the most messages the claim asked for
+	attrParked        = "messaging.leasestore.parked"           // int: rows the claim parked
+	attrApplied       = "messaging.leasestore.write.succeeded"  // int: writes applied or already applied
+	attrRejected      = "messaging.leasestore.write.rejected"   // int: writes the fence refused
+	attrRenewed       = "messaging.leasestore.renew.renewed"    // int: leases renewed
+	attrLost          = "messaging.leasestore.renew.lost"       // int: leases the renew found lost
+	attrFailed        = "messaging.leasestore.batch.failed"     // int: outcomes of a batch call that are errors
+	attrErrorType     = "error.type"
 )
 
-// The messaging.leasestore.outcome values of a process span: how the
+// The messaging.leasestore.process.result values of a process span: how the
 // attempt ended. A success is the word of the queue's success counter
-// (SucceededCounter): processOutcomeSucceeded on the inbox,
-// processOutcomePublished on the outbox.
+// (SucceededCounter): processResultSucceeded on the inbox,
+// processResultPublished on the outbox.
 const (
-	processOutcomeSucceeded    = "succeeded"     // the inbox's success state was written
-	processOutcomePublished    = "published"     // the outbox's success state was written
-	processOutcomeFailed       = "failed"        // failed was written, due again after the backoff
-	processOutcomeDeadLettered = "dead_lettered" // dead_lettered was written
-	processOutcomeLost         = "lost"          // the lease was lost: nothing written
+	processResultSucceeded    = "succeeded"     // the inbox's success state was written
+	processResultPublished    = "published"     // the outbox's success state was written
+	processResultFailed       = "failed"        // failed was written, due again after the backoff
+	processResultDeadLettered = "dead_lettered" // dead_lettered was written
+	processResultLost         = "lost"          // the lease was lost: nothing written
 )
 
 // tracer starts a processor's spans; the zero value, a processor without
@@ -55,7 +55,7 @@ type tracer struct {
 	t         trace.Tracer
 	queue     leasing.Queue
 	common    []attribute.KeyValue // messaging.system, destination and client id
-	succeeded string               // the messaging.leasestore.outcome of a success on queue
+	succeeded string               // the messaging.leasestore.process.result of a success on queue
 }
 
 // newTracer returns the tracer of a processor of queue q claiming as
@@ -64,9 +64,9 @@ func newTracer(tp trace.TracerProvider, q leasing.Queue, owner string) tracer {
 	if tp == nil {
 		return tracer{}
 	}
-	succeeded := processOutcomeSucceeded
+	succeeded := processResultSucceeded
 	if q == leasing.Outbox {
-		succeeded = processOutcomePublished
+		succeeded = processResultPublished
 	}
 	return tracer{t: tp.Tracer(instrumentationScope), queue: q, succeeded: succeeded, common: []attribute.KeyValue{
 		attribute.String("messaging.system", leasing.MessagingSystem),
@@ -236,7 +236,7 @@ func endLost(span trace.Span) {
 	if span == nil {
 		return
 	}
-	span.SetAttributes(attribute.String(attrOutcome, processOutcomeLost), attribute.String(attrErrorType, "lease_lost"))
+	span.SetAttributes(attribute.String(attrProcessResult, processResultLost), attribute.String(attrErrorType, "lease_lost"))
 	span.SetStatus(codes.Error, leasing.ErrLeaseLost.Error())
 	span.End()
 }
@@ -321,14 +321,14 @@ func (t tracer) endProcess(pw pendingWrite, o leasing.Outcome, err error) {
 	outcome := t.succeeded
 	switch pw.kind {
 	case writeFail:
-		outcome = processOutcomeFailed
+		outcome = processResultFailed
 		if errors.Is(context.Cause(pw.h.ctx), ErrShutdown) {
 			span.SetAttributes(attribute.String(attrErrorType, "shutdown"))
 		}
 	case writeDeadLetter:
-		outcome = processOutcomeDeadLettered
+		outcome = processResultDeadLettered
 	}
-	span.SetAttributes(attribute.String(attrOutcome, outcome))
+	span.SetAttributes(attribute.String(attrProcessResult, outcome))
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, fmt.Sprintf("outcome %s not written: %v", outcome, err))

@@ -151,11 +151,11 @@ func TestProcessorTracing(t *testing.T) {
 				require.Equal(t, attribute.StringValue(r.p.Owner()), s.Attributes["messaging.client.id"])
 			}
 			require.NotEqual(t, spans[0].Parent, spans[1].Parent, "each attempt under its own claim")
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("handler_error"), spans[0].Attributes["error.type"])
 			require.Equal(t, codes.Error, spans[0].Status)
 			require.Equal(t, []string{"exception"}, spans[0].Events)
-			require.Equal(t, attribute.StringValue(successOutcome(q)), spans[1].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue(successResult(q)), spans[1].Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("applied"), spans[1].Attributes["messaging.leasestore.write.outcome"])
 			require.Equal(t, codes.Unset, spans[1].Status)
 
@@ -205,7 +205,7 @@ func TestProcessorTracing(t *testing.T) {
 				require.Len(t, spans, 1, typ)
 				s := spans[0]
 				b.requireProcess(t, s, sends[typ], 1)
-				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.outcome"], typ)
+				require.Equal(t, attribute.StringValue("dead_lettered"), s.Attributes["messaging.leasestore.process.result"], typ)
 				require.Equal(t, attribute.StringValue(want), s.Attributes["error.type"], typ)
 				require.Equal(t, attribute.StringValue("applied"), s.Attributes["messaging.leasestore.write.outcome"], typ)
 				require.Equal(t, codes.Error, s.Status, typ)
@@ -236,7 +236,7 @@ func TestProcessorTracing(t *testing.T) {
 
 			s := b.process(id)[0]
 			b.requireProcess(t, s, send, 1)
-			require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("lost"), s.Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("lease_lost"), s.Attributes["error.type"])
 			require.Equal(t, codes.Error, s.Status)
 			_, written := s.Attributes["messaging.leasestore.write.outcome"]
@@ -264,7 +264,7 @@ func TestProcessorTracing(t *testing.T) {
 			spans := b.process(id)
 			require.Len(t, spans, 1)
 			b.requireProcess(t, spans[0], send, 1)
-			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.outcome"])
+			require.Equal(t, attribute.StringValue("failed"), spans[0].Attributes["messaging.leasestore.process.result"])
 			require.Equal(t, attribute.StringValue("shutdown"), spans[0].Attributes["error.type"])
 		})
 
@@ -299,9 +299,9 @@ func TestProcessorTracing(t *testing.T) {
 	}
 }
 
-// successOutcome is the messaging.leasestore.outcome of a success on q:
+// successResult is the messaging.leasestore.process.result of a success on q:
 // the word of its success counter.
-func successOutcome(q leasing.Queue) string {
+func successResult(q leasing.Queue) string {
 	return strings.TrimPrefix(processor.SucceededCounter(q), "processor.")
 }
 
