@@ -35,7 +35,7 @@ verify: db-start ## Fail when rendered files, gen/ or a go.mod are stale; sqlc v
 	cd tools && go mod tidy -diff
 
 test: db-start ## Unit, integration, CLI and example tests with the race detector.
-	$(call in_modules,go test -race -count=1 ./...)
+	$(call in_modules,go test -race -count=1 $$(test $$m = integration && echo -p 1) ./...)
 
 test-short: ## Unit tests only; tests that need PostgreSQL skip.
 	$(call in_modules,go test -short -count=1 ./...)
@@ -61,5 +61,5 @@ lint: ## go vet, staticcheck (pinned in tools/go.mod) and gofmt, in every module
 test-pg-newest: ## Integration tests on the newest PostgreSQL major from npm (scripts/pg-newest.sh).
 	@url="$$(bash scripts/pg-newest.sh start)" && \
 	TEST_DATABASE_URL="$$url" go test -count=1 ./leasing/... ./db/... && \
-	TEST_DATABASE_URL="$$url" go -C integration test -count=1 ./...; \
+	TEST_DATABASE_URL="$$url" go -C integration test -count=1 -p 1 ./...; \
 	rc=$$?; bash scripts/pg-newest.sh stop; exit $$rc
