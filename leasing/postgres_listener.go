@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasestore/leasestore/gen"
+	"github.com/leasestore/leasestore/internal/wait"
 )
 
 // Listener defaults, used for zero ListenerOptions fields.
@@ -166,7 +167,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		}
 		l.report(fmt.Errorf("leasing: listen on %s: %w", l.Channel(), err))
 		l.logf(slog.LevelWarn, "listener connection lost; reconnecting", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
-		if !sleepCtx(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(backoff*2, l.opts.MaxBackoff)
@@ -259,17 +260,5 @@ func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		}
 		l.signal()
-	}
-}
-
-// sleepCtx waits d, or until ctx ends, and reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

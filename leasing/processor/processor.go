@@ -249,17 +249,6 @@ func (p *Processor) Stop(ctx context.Context) error {
 
 func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
 
-// pause waits d, or until ctx ends, and reports whether d passed.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // argumentError returns a *leasing.ArgumentError for field.
 func argumentError(field, format string, args ...any) error {

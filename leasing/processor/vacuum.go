@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/leasestore/leasestore/internal/wait"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -97,10 +98,10 @@ func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 	if err != nil || policy.Disabled {
 		return err
 	}
-	wait := policy.CheckInterval
+	interval := policy.CheckInterval
 	var lastWrite time.Time // none yet: wait for the first
 	for {
-		if !pause(ctx, wait) {
+		if !wait.Sleep(ctx, interval) {
 			return nil
 		}
 		if wrote != nil {
@@ -126,6 +127,6 @@ func keepVacuumed(ctx context.Context, store Vacuumer, policy VacuumPolicy, onEr
 			return nil
 		}
 		d := v.Duration + v.Keys.Duration
-		wait = max(policy.CheckInterval, time.Duration(float64(d)/policy.DutyCycle)-d)
+		interval = max(policy.CheckInterval, time.Duration(float64(d)/policy.DutyCycle)-d)
 	}
 }
