@@ -249,7 +249,6 @@ func (p *Processor) Stop(ctx context.Context) error {
 
 func (p *Processor) requestStop() { p.stopOnce.Do(func() { close(p.stop) }) }
 
-
 // argumentError returns a *leasing.ArgumentError for field.
 func argumentError(field, format string, args ...any) error {
 	return &leasing.ArgumentError{Field: field, Reason: fmt.Sprintf(format, args...)}
