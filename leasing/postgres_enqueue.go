@@ -44,6 +44,23 @@ func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage)
 	return s.enqueue(ctx, tx, msgs)
 }
 
+// InTx returns s bound to tx, an open transaction on the store's
+// database: its Enqueue is EnqueueTx(ctx, tx, msgs...), with EnqueueTx's
+// errors (an *ArgumentError for a nil tx). Producer code that takes a
+// leasing.Enqueuer gets it in production and a Memory transaction
+// (Memory.Begin) in its unit tests.
+func (s *Postgres) InTx(tx pgx.Tx) Enqueuer { return txEnqueuer{s: s, tx: tx} }
+
+// txEnqueuer is a Postgres store bound to a transaction (InTx).
+type txEnqueuer struct {
+	s  *Postgres
+	tx pgx.Tx
+}
+
+func (e txEnqueuer) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
+	return e.s.EnqueueTx(ctx, e.tx, msgs...)
+}
+
 // enqueue inserts msgs in tx, or in a transaction of its own when tx is nil.
 func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (res EnqueueResult, err error) {
 	msgs, err = validateMessages(s.queue, msgs)
