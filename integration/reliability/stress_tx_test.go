@@ -42,6 +42,7 @@ func TestStressTxExactlyOnce(t *testing.T) {
 	if os.Getenv(txChildEnv) != "" {
 		t.Skip("in the child process")
 	}
+	t.Parallel()
 	n, kills := pick(300, 5_000), pick(3, 25)
 	url := freshURL(t)
 	pool := newPool(t, url, "tx-stress-check", 4)

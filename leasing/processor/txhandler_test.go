@@ -88,7 +88,9 @@ func (b *txBundle) run(t *testing.T, h processor.TxHandler, opts processor.Optio
 }
 
 func TestTxHandler(t *testing.T) {
+	t.Parallel()
 	t.Run("effect and completion commit together", func(t *testing.T) {
+		t.Parallel()
 		b := setupTx(t)
 		ids := b.enqueue(t, 5)
 		b.run(t, effect, processor.Options{Concurrency: 2})
@@ -105,6 +107,7 @@ func TestTxHandler(t *testing.T) {
 	})
 
 	t.Run("an error, a panic or a timeout rolls the effect back", func(t *testing.T) {
+		t.Parallel()
 		b := setupTx(t)
 		id := b.enqueue(t, 1)[0]
 		h := func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error {
@@ -134,6 +137,7 @@ func TestTxHandler(t *testing.T) {
 	})
 
 	t.Run("a lease lost before the commit rolls the effect back", func(t *testing.T) {
+		t.Parallel()
 		b := setupTx(t)
 		id := b.enqueue(t, 1)[0]
 		admin := dbtest.AdminConn(t, b.url)
@@ -180,6 +184,7 @@ func TestTxHandler(t *testing.T) {
 }
 
 func TestNewTxArguments(t *testing.T) {
+	t.Parallel()
 	h := func(context.Context, pgx.Tx, leasing.Lease) error { return nil }
 	_, err := processor.NewTx(nil, h, processor.Options{})
 	require.ErrorIs(t, err, leasing.ErrInvalidArgument, "PostgreSQL only: a nil store")
