@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,7 +31,8 @@ import (
 //
 // ctx is cancelled as for a Handler, and tx dies with it: a handler whose
 // lease is lost or whose HandlerTimeout ran out cannot commit. Use tx for
-// every write of the effect, and neither commit nor roll it back. Work
+// every write of the effect; its Commit and Rollback return
+// ErrTxHandlerEndedTx and do nothing (tx.Begin's savepoints work). Work
 // that leaves the database (an HTTP call, a broker) is not undone by the
 // rollback: it stays at least once.
 type TxHandler func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error
@@ -69,6 +71,21 @@ func NewTx(store *leasing.Postgres, handler TxHandler, opts Options) (*Processor
 	return p, nil
 }
 
+// ErrTxHandlerEndedTx is what Commit and Rollback return to a TxHandler
+// on the transaction it was given: the processor ends it, committing it
+// with the message's completion, so that the effect never commits alone.
+var ErrTxHandlerEndedTx = errors.New("processor: a TxHandler must not commit or roll back its transaction; return nil or an error")
+
+// handlerTx is the transaction a TxHandler gets: tx, whose Commit and
+// Rollback it may not call (savepoints through Begin are allowed).
+type handlerTx struct{ pgx.Tx }
+
+// Commit refuses: the processor commits.
+func (handlerTx) Commit(context.Context) error { return ErrTxHandlerEndedTx }
+
+// Rollback refuses: the processor rolls back after an error.
+func (handlerTx) Rollback(context.Context) error { return ErrTxHandlerEndedTx }
+
 // txRollbackTimeout bounds the rollback of a handler's transaction, which
 // runs after the handler's context may have ended.
 const txRollbackTimeout = 5 * time.Second
@@ -95,7 +112,7 @@ func (t txHandler) handle(ctx context.Context, lease leasing.Lease) (err error) 
 			_ = tx.Rollback(rctx) // a failed rollback ends the session, which rolls back
 		}
 	}()
-	if err := t.handler(ctx, tx, lease); err != nil {
+	if err := t.handler(ctx, handlerTx{tx}, lease); err != nil {
 		return err
 	}
 	res, err := t.store.CompleteTx(ctx, tx, lease)

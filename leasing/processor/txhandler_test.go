@@ -116,6 +116,9 @@ func TestTxHandler(t *testing.T) {
 			}
 			switch lease.Attempt {
 			case 1:
+				if err := tx.Commit(ctx); !errors.Is(err, processor.ErrTxHandlerEndedTx) {
+					return fmt.Errorf("the handler committed: %v", err)
+				}
 				return errors.New("ledger refused")
 			case 2:
 				panic("ledger exploded")
