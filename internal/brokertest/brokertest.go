@@ -53,6 +53,12 @@ type Broker struct {
 	// Stored returns how many messages the broker holds on dest; used
 	// when Dedups.
 	Stored func(t *testing.T, dest string) int
+	// Cutter, when not nil, returns the address through which the
+	// clients reach the broker in the outage scenario, and the functions
+	// that cut it off and restore it. Nil puts a Proxy in front of Addr
+	// (a broker whose metadata names its own address, as Kafka's does,
+	// needs its own).
+	Cutter func(t *testing.T) (addr string, cut, restore func())
 }
 
 // Keys is the number of ordering keys the scenarios spread messages over.
@@ -274,15 +280,22 @@ func RoundTrip(t *testing.T, b Broker, n int) {
 // message may be dead-lettered, lost or reordered within its key.
 func Outage(t *testing.T, b Broker, n int, cut time.Duration) {
 	e := newEnv(t, b)
-	proxy := NewProxy(t, b.Addr)
+	cutter := b.Cutter
+	if cutter == nil {
+		cutter = func(t *testing.T) (string, func(), func()) {
+			proxy := NewProxy(t, b.Addr)
+			return proxy.Addr(), proxy.Cut, proxy.Restore
+		}
+	}
+	addr, cutOff, restore := cutter(t)
 	e.enqueue(n)
-	stopConsumer := e.consume(proxy.Addr())
-	stopRelay := e.relay(b.Publisher(t, proxy.Addr(), e.dest, relayOptions()))
+	stopConsumer := e.consume(addr)
+	stopRelay := e.relay(b.Publisher(t, addr, e.dest, relayOptions()))
 	e.waitInbox(n / 3)
-	proxy.Cut()
+	cutOff()
 	t.Logf("broker cut off with %d of %d messages in the inbox", e.count(`SELECT count(*) FROM inbox_messages`), n)
 	time.Sleep(cut)
-	proxy.Restore()
+	restore()
 	e.waitInbox(n)
 	e.check(n)
 	stopRelay()
@@ -294,6 +307,7 @@ func Outage(t *testing.T, b Broker, n int, cut time.Duration) {
 const (
 	envDatabase = "LEASESTORE_BROKERTEST_DATABASE_URL"
 	envDest     = "LEASESTORE_BROKERTEST_DEST"
+	envAddr     = "LEASESTORE_BROKERTEST_ADDR"
 )
 
 // RelayKilled enqueues n messages, starts a relay in a child process (this
@@ -306,7 +320,7 @@ func RelayKilled(t *testing.T, b Broker, n int, child string) {
 	stopConsumer := e.consume(b.Addr)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envDatabase+"="+e.url, envDest+"="+e.dest)
+	cmd.Env = append(os.Environ(), envDatabase+"="+e.url, envDest+"="+e.dest, envAddr+"="+b.Addr)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -334,7 +348,7 @@ func RelayKilled(t *testing.T, b Broker, n int, child string) {
 // relay on the database and destination RelayKilled gave it until killed.
 // Outside RelayKilled (its environment unset) it skips.
 func RelayChild(t *testing.T, b Broker) {
-	url, dest := os.Getenv(envDatabase), os.Getenv(envDest)
+	url, dest, addr := os.Getenv(envDatabase), os.Getenv(envDest), os.Getenv(envAddr)
 	if url == "" {
 		t.Skip("runs only as RelayKilled's child process")
 	}
@@ -350,7 +364,7 @@ func RelayChild(t *testing.T, b Broker) {
 	opts := relayOptions()
 	opts.Concurrency = 1 // slow enough to be killed mid-run
 	opts.BatchSize = 5
-	pub := b.Publisher(t, b.Addr, dest, opts)
+	pub := b.Publisher(t, addr, dest, opts)
 	// Each call waits after its publish before its outcome is written, so
 	// that the kill most likely finds messages published but not marked:
 	// the window in which a relay's crash makes it publish them again.

@@ -1,0 +1,196 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+
+	"github.com/leasestore/leasestore/adapters/kafka"
+	"github.com/leasestore/leasestore/internal/brokermsg"
+	"github.com/leasestore/leasestore/internal/brokertest"
+	"github.com/leasestore/leasestore/internal/dbtest"
+	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/processor"
+)
+
+// cluster is the in-process Kafka (kfake) the tests share; cut makes it
+// close every client connection on its next request, an outage.
+var (
+	cluster *kfake.Cluster
+	cut     atomic.Bool
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if cluster, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		panic(err)
+	}
+	cluster.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !cut.Load() {
+			return nil, nil, false
+		}
+		cluster.KeepControl()
+		return nil, errors.New("cut off"), true
+	})
+	code := dbtest.Main(m).Run()
+	cluster.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			println("goleak:", err.Error())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newTopic creates a topic of three partitions of its own for t, deleted
+// when t ends.
+func newTopic(t *testing.T) string {
+	name := brokertest.Name(t, "ls.")
+	if err := cluster.CreateTopic(name, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.DeleteTopic(name); err != nil {
+			t.Errorf("delete topic %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.RecordDeliveryTimeout(time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func newPublisher(t testing.TB, opts ...kgo.Opt) *kafka.Publisher {
+	p, err := kafka.NewPublisher(newClient(t, opts...), kafka.PublisherOptions{AckTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// broker is the adapter under the shared scenarios. Kafka's metadata names
+// the broker's own address, so the outage cuts the cluster itself.
+func broker() brokertest.Broker {
+	return brokertest.Broker{
+		Addr:        cluster.ListenAddrs()[0],
+		Destination: newTopic,
+		Publisher: func(t *testing.T, addr, topic string, relay processor.Options) processor.BatchPublisher {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordDeliveryTimeout(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			p, err := kafka.NewPublisher(cl, kafka.PublisherOptions{AckTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.PublishBatch
+		},
+		Consume: func(ctx context.Context, addr, topic string, inbox brokermsg.Enqueuer) error {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("inbox."+topic), kgo.ConsumeTopics(topic),
+				kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond))
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			c, err := kafka.NewConsumer(cl, inbox, kafka.ConsumerOptions{RetryDelay: 100 * time.Millisecond})
+			if err != nil {
+				return err
+			}
+			return c.Run(ctx)
+		},
+		Cutter: func(t *testing.T) (string, func(), func()) {
+			t.Cleanup(func() { cut.Store(false) })
+			return cluster.ListenAddrs()[0], func() { cut.Store(true) }, func() { cut.Store(false) }
+		},
+	}
+}
+
+func TestRoundTrip(t *testing.T) { t.Parallel(); brokertest.RoundTrip(t, broker(), 200) }
+func TestRelayKilled(t *testing.T) {
+	t.Parallel()
+	brokertest.RelayKilled(t, broker(), 150, "TestRelayChild")
+}
+func TestRelayChild(t *testing.T)   { brokertest.RelayChild(t, broker()) }
+func TestBrokerOutage(t *testing.T) { brokertest.Outage(t, broker(), 150, 1500*time.Millisecond) } // not parallel: the cut stops the whole cluster
+
+func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
+
+// An unknown topic and a record too large are permanent, a cut-off broker
+// unavailable; the record carries its key and headers.
+func TestPublishErrorClasses(t *testing.T) {
+	topic := newTopic(t)
+	p := newPublisher(t, kgo.ProducerBatchMaxBytes(1000), kgo.UnknownTopicRetries(1))
+	ok := leasing.Message{ID: uuid.New(), Topic: topic, OrderingKey: "order-7", Type: "order.placed", Payload: []byte("ok"),
+		Headers: []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)}
+	for name, c := range map[string]struct {
+		msg  leasing.Message
+		want processor.Verdict
+	}{
+		"no topic":      {leasing.Message{ID: uuid.New()}, processor.VerdictPermanent},
+		"unknown topic": {leasing.Message{ID: uuid.New(), Topic: "no.such." + topic}, processor.VerdictPermanent},
+		"too large":     {leasing.Message{ID: uuid.New(), Topic: topic, Payload: make([]byte, 2000)}, processor.VerdictPermanent},
+		"produced":      {ok, processor.VerdictRetry},
+	} {
+		err := p.Publish(t.Context(), c.msg)
+		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
+		}
+	}
+
+	consumer := newClient(t, kgo.ConsumeTopics(topic))
+	fetches := consumer.PollRecords(t.Context(), 1)
+	recs := fetches.Records()
+	if len(recs) != 1 {
+		t.Fatalf("polled %d records, errors %v", len(recs), fetches.Errors())
+	}
+	hs := map[string]string{}
+	for _, h := range recs[0].Headers {
+		hs[h.Key] = string(h.Value)
+	}
+	if string(recs[0].Key) != "order-7" || hs[kafka.HeaderMessageID] != ok.ID.String() || hs[kafka.HeaderType] != "order.placed" ||
+		hs[leasing.HeaderTraceParent] == "" {
+		t.Fatalf("record key %q, headers %v", recs[0].Key, hs)
+	}
+
+	cut.Store(true)
+	defer cut.Store(false)
+	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); verdict(err) != processor.VerdictUnavailable {
+		t.Errorf("Publish to a cut-off broker = %v, want unavailable", err)
+	}
+}
+
+// A client without the idempotent producer or acks=all is refused, and so
+// is a consumer client that commits by itself.
+func TestNewRefusesUnsafeClients(t *testing.T) {
+	cl := newClient(t, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck()))
+	if _, err := kafka.NewPublisher(cl, kafka.PublisherOptions{}); !errors.Is(err, leasing.ErrInvalidArgument) {
+		t.Errorf("NewPublisher without idempotence = %v, want ErrInvalidArgument", err)
+	}
+	auto := newClient(t, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	if _, err := kafka.NewConsumer(auto, noInbox{}, kafka.ConsumerOptions{}); !errors.Is(err, leasing.ErrInvalidArgument) {
+		t.Errorf("NewConsumer with auto commit = %v, want ErrInvalidArgument", err)
+	}
+}
+
+type noInbox struct{}
+
+func (noInbox) Enqueue(context.Context, ...leasing.NewMessage) (leasing.EnqueueResult, error) {
+	return leasing.EnqueueResult{}, errors.New("not used")
+}
