@@ -90,10 +90,16 @@ func broker() brokertest.Broker {
 	}
 }
 
-func TestRoundTrip(t *testing.T)    { brokertest.RoundTrip(t, broker(), 300) }
-func TestRelayKilled(t *testing.T)  { brokertest.RelayKilled(t, broker(), 200, "TestRelayChild") }
-func TestRelayChild(t *testing.T)   { brokertest.RelayChild(t, broker()) }
-func TestBrokerOutage(t *testing.T) { brokertest.Outage(t, broker(), 200, 2*time.Second) }
+func TestRoundTrip(t *testing.T) { t.Parallel(); brokertest.RoundTrip(t, broker(), 200) }
+func TestRelayKilled(t *testing.T) {
+	t.Parallel()
+	brokertest.RelayKilled(t, broker(), 150, "TestRelayChild")
+}
+func TestRelayChild(t *testing.T) { brokertest.RelayChild(t, broker()) }
+func TestBrokerOutage(t *testing.T) {
+	t.Parallel()
+	brokertest.Outage(t, broker(), 150, 1500*time.Millisecond)
+}
 
 func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 
