@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 
 // newTopic creates a topic of three partitions of its own for t, deleted
 // when t ends.
-func newTopic(t *testing.T) string {
+func newTopic(t testing.TB) string {
 	name := brokertest.Name(t, "ls.")
 	if err := cluster.CreateTopic(name, 3, nil); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 }
 
 func newPublisher(t testing.TB, opts ...kgo.Opt) *kafka.Publisher {
-	p, err := kafka.NewPublisher(newClient(t, opts...), kafka.PublisherOptions{AckTimeout: 2 * time.Second})
+	p, err := kafka.NewPublisher(newClient(t, opts...), kafka.PublisherOptions{AckTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func broker() brokertest.Broker {
 	return brokertest.Broker{
 		Addr:        cluster.ListenAddrs()[0],
 		Destination: newTopic,
-		Publisher: func(t *testing.T, addr, topic string, relay processor.Options) processor.BatchPublisher {
+		Publisher: func(t testing.TB, addr, topic string, relay processor.Options) processor.BatchPublisher {
 			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordDeliveryTimeout(time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -101,6 +101,23 @@ func broker() brokertest.Broker {
 				t.Fatal(err)
 			}
 			return p.PublishBatch
+		},
+		BarePublish: func(tb testing.TB, topic string, n int) {
+			cl := newClient(tb)
+			var failed atomic.Value
+			for range n {
+				cl.Produce(tb.Context(), &kgo.Record{Topic: topic, Value: []byte(`{"seq":1}`)}, func(_ *kgo.Record, err error) {
+					if err != nil {
+						failed.Store(err)
+					}
+				})
+			}
+			if err := cl.Flush(tb.Context()); err != nil {
+				tb.Fatal(err)
+			}
+			if err := failed.Load(); err != nil {
+				tb.Fatal(err)
+			}
 		},
 		Consume: func(ctx context.Context, addr, topic string, inbox brokermsg.Enqueuer) error {
 			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("inbox."+topic), kgo.ConsumeTopics(topic),
@@ -115,7 +132,7 @@ func broker() brokertest.Broker {
 			}
 			return c.Run(ctx)
 		},
-		Cutter: func(t *testing.T) (string, func(), func()) {
+		Cutter: func(t testing.TB) (string, func(), func()) {
 			t.Cleanup(func() { cut.Store(false) })
 			return cluster.ListenAddrs()[0], func() { cut.Store(true) }, func() { cut.Store(false) }
 		},
@@ -128,7 +145,11 @@ func TestRelayKilled(t *testing.T) {
 	brokertest.RelayKilled(t, broker(), 150, "TestRelayChild")
 }
 func TestRelayChild(t *testing.T)   { brokertest.RelayChild(t, broker()) }
-func TestBrokerOutage(t *testing.T) { brokertest.Outage(t, broker(), 150, 1500*time.Millisecond) } // not parallel: the cut stops the whole cluster
+func TestBrokerOutage(t *testing.T) { brokertest.Outage(t, broker(), 100, time.Second) } // not parallel: the cut stops the whole cluster
+
+// BenchmarkRelay compares the relay with the batch publisher to a bare
+// produce loop of franz-go on kfake (docs/notes/2026-12-03-brokers.md).
+func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
 func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 

@@ -73,7 +73,7 @@ func newStream(t testing.TB, window time.Duration, maxMsgSize int32) (name, subj
 	if err != nil {
 		t.Fatal(err)
 	}
-	name = brokertest.Name(t.(*testing.T), "LS")
+	name = brokertest.Name(t, "LS")
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: name, Subjects: []string{name + ".>"}, Duplicates: window, Storage: jetstream.MemoryStorage,
 		MaxMsgSize: maxMsgSize,
@@ -94,11 +94,11 @@ func broker() brokertest.Broker {
 	return brokertest.Broker{
 		Addr:   natsAddr(),
 		Dedups: true,
-		Destination: func(t *testing.T) string {
+		Destination: func(t testing.TB) string {
 			_, subject := newStream(t, 10*time.Minute, 0)
 			return subject
 		},
-		Publisher: func(t *testing.T, addr, subject string, relay processor.Options) processor.BatchPublisher {
+		Publisher: func(t testing.TB, addr, subject string, relay processor.Options) processor.BatchPublisher {
 			p, err := natsjs.NewPublisher(t.Context(), connect(t, addr), natsjs.PublisherOptions{
 				Streams: []string{streamOf(subject)}, Relay: relay, AckTimeout: time.Second,
 			})
@@ -121,7 +121,28 @@ func broker() brokertest.Broker {
 			}
 			return c.Run(ctx)
 		},
-		Stored: func(t *testing.T, subject string) int {
+		BarePublish: func(tb testing.TB, subject string, n int) {
+			js, err := jetstream.New(connect(tb, natsAddr()))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			futures := make([]jetstream.PubAckFuture, n)
+			for i := range futures {
+				m := nats.NewMsg(subject)
+				m.Data = []byte(`{"seq":1}`)
+				if futures[i], err = js.PublishMsgAsync(m, jetstream.WithMsgID(uuid.NewString())); err != nil {
+					tb.Fatal(err)
+				}
+			}
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					tb.Fatal(err)
+				}
+			}
+		},
+		Stored: func(t testing.TB, subject string) int {
 			js, err := jetstream.New(connect(t, natsAddr()))
 			if err != nil {
 				t.Fatal(err)
@@ -149,6 +170,10 @@ func TestBrokerOutage(t *testing.T) {
 	t.Parallel()
 	brokertest.Outage(t, broker(), 150, 1500*time.Millisecond)
 }
+
+// BenchmarkRelay compares the relay with the batch publisher to a bare
+// async publish loop of nats.go (docs/notes/2026-12-03-brokers.md).
+func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
 // A stream whose duplicate window is shorter than lease + longest retry
 // delay is refused with a *DuplicateWindowError naming it.

@@ -36,7 +36,7 @@ func amqpURL(addr string) string { return "amqp://guest:guest@" + addr + "/" }
 
 // newQueue declares a durable queue of its own for t, deleted when t ends.
 // It skips without a broker, or fails under CI=true.
-func newQueue(t *testing.T) string {
+func newQueue(t testing.TB) string {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
 	if err != nil {
@@ -62,7 +62,7 @@ func newQueue(t *testing.T) string {
 	return name
 }
 
-func newPublisher(t *testing.T, opts rabbitmq.PublisherOptions) *rabbitmq.Publisher {
+func newPublisher(t testing.TB, opts rabbitmq.PublisherOptions) *rabbitmq.Publisher {
 	t.Helper()
 	p, err := rabbitmq.NewPublisher(opts)
 	if err != nil {
@@ -77,8 +77,35 @@ func broker() brokertest.Broker {
 	return brokertest.Broker{
 		Addr:        rabbitAddr(),
 		Destination: newQueue,
-		Publisher: func(t *testing.T, addr, queue string, relay processor.Options) processor.BatchPublisher {
+		Publisher: func(t testing.TB, addr, queue string, relay processor.Options) processor.BatchPublisher {
 			return newPublisher(t, rabbitmq.PublisherOptions{URL: amqpURL(addr), ConfirmTimeout: time.Second}).PublishBatch
+		},
+		BarePublish: func(tb testing.TB, queue string, n int) {
+			conn, err := amqp.Dial(amqpURL(rabbitAddr()))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err == nil {
+				err = ch.Confirm(false)
+			}
+			if err != nil {
+				tb.Fatal(err)
+			}
+			confirms := make([]*amqp.DeferredConfirmation, n)
+			for i := range confirms {
+				if confirms[i], err = ch.PublishWithDeferredConfirm("", queue, true, false, amqp.Publishing{
+					DeliveryMode: amqp.Persistent, MessageId: uuid.NewString(), Body: []byte(`{"seq":1}`),
+				}); err != nil {
+					tb.Fatal(err)
+				}
+			}
+			for _, dc := range confirms {
+				if !dc.Wait() {
+					tb.Fatal("nacked")
+				}
+			}
 		},
 		Consume: func(ctx context.Context, addr, queue string, inbox brokermsg.Enqueuer) error {
 			c, err := rabbitmq.NewConsumer(inbox, rabbitmq.ConsumerOptions{URL: amqpURL(addr), Queue: queue, RetryDelay: 100 * time.Millisecond})
@@ -100,6 +127,10 @@ func TestBrokerOutage(t *testing.T) {
 	t.Parallel()
 	brokertest.Outage(t, broker(), 150, 1500*time.Millisecond)
 }
+
+// BenchmarkRelay compares the relay with the batch publisher to a bare
+// confirmed publish loop of amqp091-go (docs/notes/2026-12-03-brokers.md).
+func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
 func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 

@@ -43,22 +43,26 @@ type Broker struct {
 	// Destination creates a destination of its own for t (stream and
 	// subject, queue, topic), deleted when t ends, and returns its name:
 	// the outbox topic the relay publishes to.
-	Destination func(t *testing.T) string
+	Destination func(t testing.TB) string
 	// Publisher returns the adapter's batch publisher to dest through
 	// addr, for a relay running with relay.
-	Publisher func(t *testing.T, addr, dest string, relay processor.Options) processor.BatchPublisher
+	Publisher func(t testing.TB, addr, dest string, relay processor.Options) processor.BatchPublisher
 	// Consume runs the adapter's inbox consumer on dest through addr into
 	// inbox until ctx ends.
 	Consume func(ctx context.Context, addr, dest string, inbox brokermsg.Enqueuer) error
 	// Stored returns how many messages the broker holds on dest; used
 	// when Dedups.
-	Stored func(t *testing.T, dest string) int
+	Stored func(t testing.TB, dest string) int
+	// BarePublish publishes n small messages to dest with the client
+	// library alone, as fast as it goes, and returns once the broker
+	// acknowledged them all: the benchmark's yardstick (Bench).
+	BarePublish func(tb testing.TB, dest string, n int)
 	// Cutter, when not nil, returns the address through which the
 	// clients reach the broker in the outage scenario, and the functions
 	// that cut it off and restore it. Nil puts a Proxy in front of Addr
 	// (a broker whose metadata names its own address, as Kafka's does,
 	// needs its own).
-	Cutter func(t *testing.T) (addr string, cut, restore func())
+	Cutter func(t testing.TB) (addr string, cut, restore func())
 }
 
 // Keys is the number of ordering keys the scenarios spread messages over.
@@ -81,7 +85,7 @@ func relayOptions() processor.Options {
 
 // env is one scenario's database, outbox, inbox and destination.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	b      Broker
 	url    string
 	pool   *pgxpool.Pool
@@ -91,7 +95,7 @@ type env struct {
 	seen   atomic.Int64 // messages the consumer handed to the inbox, redeliveries included
 }
 
-func newEnv(t *testing.T, b Broker) *env {
+func newEnv(t testing.TB, b Broker) *env {
 	e := &env{t: t, b: b, url: dbtest.DatabaseURL(t)}
 	pool, err := pgxpool.New(t.Context(), e.url)
 	if err != nil {
@@ -149,7 +153,7 @@ func (e *env) consume(addr string) (stop func()) {
 
 // goRun runs run in a goroutine until the returned stop cancels it and
 // waits for it; an error it returns fails t.
-func goRun(t *testing.T, run func(context.Context) error) (stop func()) {
+func goRun(t testing.TB, run func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -253,7 +257,7 @@ func (e *env) check(n int) (duplicates int) {
 }
 
 // waitFor polls cond for up to a minute.
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	deadline := time.Now().Add(time.Minute)
 	for !cond() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -263,7 +267,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // RoundTrip relays n outbox messages through the adapter's batch
 // publisher and consumes them into the inbox, then checks them (see
 // check).
-func RoundTrip(t *testing.T, b Broker, n int) {
+func RoundTrip(t testing.TB, b Broker, n int) {
 	e := newEnv(t, b)
 	e.enqueue(n)
 	stopConsumer := e.consume(b.Addr)
@@ -278,11 +282,11 @@ func RoundTrip(t *testing.T, b Broker, n int) {
 // connected through a TCP proxy that cuts every connection, and refuses
 // new ones, for cut once a third of the messages reached the inbox. No
 // message may be dead-lettered, lost or reordered within its key.
-func Outage(t *testing.T, b Broker, n int, cut time.Duration) {
+func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 	e := newEnv(t, b)
 	cutter := b.Cutter
 	if cutter == nil {
-		cutter = func(t *testing.T) (string, func(), func()) {
+		cutter = func(t testing.TB) (string, func(), func()) {
 			proxy := NewProxy(t, b.Addr)
 			return proxy.Addr(), proxy.Cut, proxy.Restore
 		}
@@ -314,7 +318,7 @@ const (
 // test binary running the test named child, which calls RelayChild), kills
 // it with SIGKILL once some messages reached the inbox, and restarts a relay
 // in this process; every message must reach the inbox (see check).
-func RelayKilled(t *testing.T, b Broker, n int, child string) {
+func RelayKilled(t testing.TB, b Broker, n int, child string) {
 	e := newEnv(t, b)
 	e.enqueue(n)
 	stopConsumer := e.consume(b.Addr)
@@ -347,7 +351,7 @@ func RelayKilled(t *testing.T, b Broker, n int, child string) {
 // RelayChild is the body of the child test RelayKilled starts: it runs a
 // relay on the database and destination RelayKilled gave it until killed.
 // Outside RelayKilled (its environment unset) it skips.
-func RelayChild(t *testing.T, b Broker) {
+func RelayChild(t testing.TB, b Broker) {
 	url, dest, addr := os.Getenv(envDatabase), os.Getenv(envDest), os.Getenv(envAddr)
 	if url == "" {
 		t.Skip("runs only as RelayKilled's child process")
@@ -382,7 +386,7 @@ func RelayChild(t *testing.T, b Broker) {
 
 // Name returns a name unique to this test for a broker destination: the
 // prefix, the test's name reduced to letters and digits, and random hex.
-func Name(t *testing.T, prefix string) string {
+func Name(t testing.TB, prefix string) string {
 	var b strings.Builder
 	b.WriteString(prefix)
 	for _, r := range t.Name() {
@@ -393,4 +397,53 @@ func Name(t *testing.T, prefix string) string {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	return b.String() + "_" + hex.EncodeToString(rnd[:])
+}
+
+// Bench measures, in one run, the relay's throughput with the adapter's
+// batch publisher (sub-benchmark "relay": n outbox messages without
+// ordering keys, enqueued with the timer stopped, then a relay of
+// Concurrency 4 and BatchSize 100 started until all are published) beside
+// the client library's own publish loop of n messages (sub-benchmark
+// "bare", Broker.BarePublish). Each reports msgs/s.
+func Bench(b *testing.B, br Broker, n int) {
+	b.Run("bare", func(b *testing.B) {
+		dest := br.Destination(b)
+		b.ResetTimer()
+		for range b.N {
+			br.BarePublish(b, dest, n)
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("relay", func(b *testing.B) {
+		e := newEnv(b, br)
+		opts := relayOptions()
+		opts.BatchSize = 100
+		pub := br.Publisher(b, br.Addr, e.dest, opts)
+		msgs := make([]leasing.NewMessage, n)
+		for i := range msgs {
+			msgs[i] = leasing.NewMessage{Topic: e.dest, Type: "bench.event", Payload: fmt.Appendf(nil, `{"seq":%d}`, i)}
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			b.StopTimer()
+			for rest := msgs; len(rest) > 0; {
+				k := min(len(rest), leasing.MaxBatchSize)
+				if _, err := e.outbox.Enqueue(b.Context(), rest[:k]...); err != nil {
+					b.Fatal(err)
+				}
+				rest = rest[k:]
+			}
+			b.StartTimer()
+			p, err := processor.NewBatch(e.outbox, pub.Handler(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := goRun(b, p.Run)
+			for e.count(`SELECT count(*) FROM outbox_messages WHERE status = 'published'`) < n*(i+1) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop()
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }
