@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/internal/brokermsg"
@@ -185,7 +186,7 @@ func (c countingInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) 
 func (e *env) waitInbox(n int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		got := e.count(`SELECT count(*) FROM inbox_messages`)
+		got := e.inboxCount()
 		if got >= n {
 			return
 		}
@@ -196,30 +197,39 @@ func (e *env) waitInbox(n int) {
 	}
 }
 
-func (e *env) count(query string) int {
-	var n int
-	if err := e.pool.QueryRow(e.t.Context(), query).Scan(&n); err != nil {
-		e.t.Fatal(err)
+// inboxCount returns the number of inbox messages, any status.
+func (e *env) inboxCount() int {
+	n := 0
+	for _, d := range e.depth(e.inbox) {
+		n += d
 	}
 	return n
 }
 
-func (e *env) outboxStatuses() map[string]int {
-	rows, err := e.pool.Query(e.t.Context(), `SELECT status::text, count(*) FROM outbox_messages GROUP BY 1`)
+// outboxStatuses returns the outbox's depth by status.
+func (e *env) outboxStatuses() map[leasing.Status]int { return e.depth(e.outbox) }
+
+func (e *env) depth(store *leasing.Postgres) map[leasing.Status]int {
+	stats, err := store.Stats(context.WithoutCancel(e.t.Context()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			e.t.Fatal(err)
+	out := make(map[leasing.Status]int, len(stats.Depth))
+	for st, n := range stats.Depth {
+		if n > 0 {
+			out[st] = int(n)
 		}
-		out[s] = n
 	}
 	return out
+}
+
+// scanInt returns the one integer row holds.
+func (e *env) scanInt(row pgx.Row) int {
+	var n int
+	if err := row.Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }
 
 // check asserts what every scenario ends with: n outbox messages
@@ -230,20 +240,20 @@ func (e *env) outboxStatuses() map[string]int {
 // delivered (dropped by the inbox).
 func (e *env) check(n int) (duplicates int) {
 	t := e.t
-	waitFor(t, func() bool { return e.outboxStatuses()["published"] == n })
-	if st := e.outboxStatuses(); st["published"] != n || st["dead_lettered"] != 0 {
+	waitFor(t, func() bool { return e.outboxStatuses()[leasing.StatusPublished] == n })
+	if st := e.outboxStatuses(); st[leasing.StatusPublished] != n || st[leasing.StatusDeadLettered] != 0 {
 		t.Fatalf("outbox statuses %v, want %d published and none dead-lettered", st, n)
 	}
-	if got := e.count(`SELECT count(*) FROM inbox_messages i JOIN outbox_messages o ON i.idempotency_key = o.message_id::text
+	if got := e.scanInt(e.pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_messages i JOIN outbox_messages o ON i.idempotency_key = o.message_id::text
 		WHERE i.message_type = o.message_type AND i.ordering_key = o.ordering_key
-		  AND i.headers->>'traceparent' = o.headers->>'traceparent'`); got != n {
+		  AND i.headers->>'traceparent' = o.headers->>'traceparent'`)); got != n {
 		t.Fatalf("%d inbox rows match an outbox message by idempotency key, type, ordering key and traceparent; want %d (inbox holds %d)",
-			got, n, e.count(`SELECT count(*) FROM inbox_messages`))
+			got, n, e.inboxCount())
 	}
-	if bad := e.count(`SELECT count(*) FROM (
+	if bad := e.scanInt(e.pool.QueryRow(t.Context(), `SELECT count(*) FROM (
 		SELECT seq - lag(seq) OVER (PARTITION BY ordering_key ORDER BY key_seq) AS step
 		FROM (SELECT ordering_key, key_seq, (convert_from(payload, 'UTF8')::jsonb->>'seq')::int AS seq FROM inbox_messages) r) s
-		WHERE step <> 1`); bad != 0 {
+		WHERE step <> 1`)); bad != 0 {
 		t.Fatalf("%d inbox rows arrived out of their key's order", bad)
 	}
 	if e.b.Dedups {
@@ -297,7 +307,7 @@ func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 	stopRelay := e.relay(b.Publisher(t, addr, e.dest, relayOptions()))
 	e.waitInbox(n / 3)
 	cutOff()
-	t.Logf("broker cut off with %d of %d messages in the inbox", e.count(`SELECT count(*) FROM inbox_messages`), n)
+	t.Logf("broker cut off with %d of %d messages in the inbox", e.inboxCount(), n)
 	time.Sleep(cut)
 	restore()
 	e.waitInbox(n)
@@ -335,7 +345,7 @@ func RelayKilled(t testing.TB, b Broker, n int, child string) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	at := e.count(`SELECT count(*) FROM inbox_messages`)
+	at := e.inboxCount()
 	if at >= n {
 		t.Fatalf("the child relay published all %d messages before it was killed; output:\n%s", n, out.String())
 	}
@@ -439,7 +449,7 @@ func Bench(b *testing.B, br Broker, n int) {
 				b.Fatal(err)
 			}
 			stop := goRun(b, p.Run)
-			for e.count(`SELECT count(*) FROM outbox_messages WHERE status = 'published'`) < n*(i+1) {
+			for e.outboxStatuses()[leasing.StatusPublished] < n*(i+1) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			stop()
