@@ -117,15 +117,15 @@ func broker() brokertest.Broker {
 	}
 }
 
-func TestRoundTrip(t *testing.T) { t.Parallel(); brokertest.RoundTrip(t, broker(), 200) }
+func TestRoundTrip(t *testing.T) { t.Parallel(); brokertest.RoundTrip(t, broker(), 100) }
 func TestRelayKilled(t *testing.T) {
 	t.Parallel()
-	brokertest.RelayKilled(t, broker(), 150, "TestRelayChild")
+	brokertest.RelayKilled(t, broker(), 100, "TestRelayChild")
 }
 func TestRelayChild(t *testing.T) { brokertest.RelayChild(t, broker()) }
 func TestBrokerOutage(t *testing.T) {
 	t.Parallel()
-	brokertest.Outage(t, broker(), 150, 1500*time.Millisecond)
+	brokertest.Outage(t, broker(), 100, time.Second)
 }
 
 // BenchmarkRelay compares the relay with the batch publisher to a bare

@@ -67,7 +67,7 @@ type Broker struct {
 }
 
 // Keys is the number of ordering keys the scenarios spread messages over.
-const Keys = 10
+const Keys = 25
 
 // relayOptions are the options of the scenarios' relays: a short lease so
 // that a killed relay's messages come back soon, and attempts enough that
@@ -116,15 +116,19 @@ func newEnv(t testing.TB, b Broker) *env {
 
 // enqueue puts n messages on the outbox, spread over Keys ordering keys,
 // with a payload naming the key and its sequence number in the key.
-func (e *env) enqueue(n int) {
-	msgs := make([]leasing.NewMessage, n)
-	for i := range msgs {
+func (e *env) enqueue(n int) { e.enqueueRange(0, n) }
+
+// enqueueRange enqueues the messages from..to-1 of the sequence enqueue
+// puts: enqueueRange(0, k) then enqueueRange(k, n) is enqueue(n).
+func (e *env) enqueueRange(from, to int) {
+	msgs := make([]leasing.NewMessage, 0, to-from)
+	for i := from; i < to; i++ {
 		key := fmt.Sprintf("k%d", i%Keys)
-		msgs[i] = leasing.NewMessage{
+		msgs = append(msgs, leasing.NewMessage{
 			Topic: e.dest, Type: "test.event", OrderingKey: key,
 			Payload: fmt.Appendf(nil, `{"key":%q,"seq":%d}`, key, i/Keys),
 			Headers: json.RawMessage(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`),
-		}
+		})
 	}
 	for len(msgs) > 0 {
 		k := min(len(msgs), leasing.MaxBatchSize)
@@ -289,9 +293,11 @@ func RoundTrip(t testing.TB, b Broker, n int) {
 }
 
 // Outage relays and consumes n messages with the relay and the consumer
-// connected through a TCP proxy that cuts every connection, and refuses
-// new ones, for cut once a third of the messages reached the inbox. No
-// message may be dead-lettered, lost or reordered within its key.
+// connected through a TCP proxy (or Broker.Cutter). The first half goes
+// through; then every connection is cut, and new ones refused, for cut,
+// while the second half is enqueued, so that the relay meets the outage
+// with messages to publish. No message may be dead-lettered, lost or
+// reordered within its key.
 func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 	e := newEnv(t, b)
 	cutter := b.Cutter
@@ -302,13 +308,14 @@ func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 		}
 	}
 	addr, cutOff, restore := cutter(t)
-	e.enqueue(n)
 	stopConsumer := e.consume(addr)
 	stopRelay := e.relay(b.Publisher(t, addr, e.dest, relayOptions()))
-	e.waitInbox(n / 3)
+	e.enqueueRange(0, n/2)
+	e.waitInbox(n / 2)
 	cutOff()
-	t.Logf("broker cut off with %d of %d messages in the inbox", e.inboxCount(), n)
+	e.enqueueRange(n/2, n)
 	time.Sleep(cut)
+	t.Logf("after %s cut off: outbox %v", cut, e.outboxStatuses())
 	restore()
 	e.waitInbox(n)
 	e.check(n)
