@@ -221,3 +221,80 @@ type noInbox struct{}
 func (noInbox) Enqueue(context.Context, ...leasing.NewMessage) (leasing.EnqueueResult, error) {
 	return leasing.EnqueueResult{}, errors.New("not used")
 }
+
+// flakyInbox fails its first Enqueue call as a store outage would, then
+// passes the calls to the inbox.
+type flakyInbox struct {
+	kafka.Inbox
+	failed atomic.Bool
+}
+
+func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return leasing.EnqueueResult{}, errors.New("connection refused")
+	}
+	return f.Inbox.Enqueue(ctx, msgs...)
+}
+
+// A failed enqueue is tried again before the offsets are committed; a
+// record the inbox refuses is skipped and its offset committed.
+func TestConsumerRetriesFailedEnqueueAndSkipsRefused(t *testing.T) {
+	topic := newTopic(t)
+	producer := newClient(t)
+	for _, r := range []*kgo.Record{
+		{Topic: topic, Key: []byte("k"), Value: []byte("good"), Headers: []kgo.RecordHeader{{Key: kafka.HeaderMessageID, Value: []byte("good-1")}}},
+		{Topic: topic, Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: kafka.HeaderTenantID, Value: make([]byte, 10_000)}}}, // longer than a tenant id may be
+	} {
+		if err := producer.ProduceSync(t.Context(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped atomic.Int64
+	group := "inbox." + topic
+	cl := newClient(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond))
+	c, err := kafka.NewConsumer(cl, &flakyInbox{Inbox: inbox}, kafka.ConsumerOptions{RetryDelay: 50 * time.Millisecond,
+		OnError: func(err error) {
+			if brokermsg.IsPermanent(err) {
+				skipped.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	admin := kmsg.NewOffsetFetchRequest()
+	admin.Group = group
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := inbox.Stats(t.Context())
+		committed := int64(0)
+		if resp, err := admin.RequestWith(t.Context(), producer); err == nil {
+			for _, tp := range resp.Topics {
+				for _, p := range tp.Partitions {
+					committed += max(p.Offset, 0)
+				}
+			}
+		}
+		if st.Depth[leasing.StatusPending] == 1 && skipped.Load() == 1 && committed == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox %v, %d skipped, %d offsets committed", st.Depth, skipped.Load(), committed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
+	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
+		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
+	}
+}
