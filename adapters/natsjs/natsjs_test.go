@@ -357,3 +357,27 @@ func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
 		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
 	}
 }
+
+// A publish whose ack does not come in AckTimeout (the server cut off
+// while the client buffers for its reconnect) is unavailable.
+func TestPublishWithoutAckIsUnavailable(t *testing.T) {
+	stream, subject := newStream(t, 10*time.Minute, 0)
+	proxy := brokertest.NewProxy(t, natsAddr())
+	p, err := natsjs.NewPublisher(t.Context(), connect(t, proxy.Addr()), natsjs.PublisherOptions{
+		Streams: []string{stream}, AckTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	msg := leasing.Message{ID: uuid.New(), Topic: subject}
+	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
+	if err := p.Publish(t.Context(), msg); verdict(err) != processor.VerdictUnavailable {
+		t.Errorf("Publish while cut off = %v, want unavailable", err)
+	}
+	for i, err := range p.PublishBatch(t.Context(), []leasing.Message{msg, {ID: uuid.New(), Topic: subject}}) {
+		if verdict(err) != processor.VerdictUnavailable {
+			t.Errorf("PublishBatch message %d while cut off = %v, want unavailable", i, err)
+		}
+	}
+}

@@ -158,10 +158,10 @@ func (p *Publisher) Publish(ctx context.Context, msg leasing.Message) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, p.ackTimeout)
 	defer cancel()
-	_, err = p.js.PublishMsg(ctx, m, jetstream.WithMsgID(msg.ID.String()))
-	return p.classify(ctx, m.Subject, err)
+	_, err = p.js.PublishMsg(waitCtx, m, jetstream.WithMsgID(msg.ID.String()))
+	return p.classify(ctx, m.Subject, err) // ctx: its end is the caller's, waitCtx's a timeout
 }
 
 // PublishBatch publishes msgs without waiting between them and returns one
@@ -176,8 +176,8 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []leasing.Message) []
 		}
 		errs[i] = err
 	}
-	timeout := time.NewTimer(p.ackTimeout)
-	defer timeout.Stop()
+	waitCtx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	defer cancel()
 	for i, f := range futures {
 		if f == nil {
 			if errs[i] != nil {
@@ -189,11 +189,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []leasing.Message) []
 		select {
 		case <-f.Ok():
 		case err = <-f.Err():
-		case <-ctx.Done():
+		case <-waitCtx.Done():
 			err = ctx.Err()
-		case <-timeout.C:
-			err = jetstream.ErrAsyncPublishTimeout
-			timeout.Reset(0) // the others have waited as long
+			if err == nil {
+				err = jetstream.ErrAsyncPublishTimeout
+			}
 		}
 		errs[i] = p.classify(ctx, f.Msg().Subject, err)
 	}
