@@ -19,6 +19,7 @@ type queries struct {
 	renew            func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
 	release          func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]gen.InboxCompleteRow, error)
 	releaseOrphans   func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
+	expirePrevious   func(context.Context, gen.DBTX, gen.InboxExpirePreviousParams) ([]uuid.UUID, error)
 	complete         func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]gen.InboxCompleteRow, error)
 	fail             func(context.Context, gen.DBTX, gen.InboxFailParams) ([]gen.InboxCompleteRow, error)
 	deadLetter       func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]gen.InboxCompleteRow, error)
@@ -57,6 +58,7 @@ func inboxQueries(q *gen.Queries) queries {
 		renew:          q.InboxRenew,
 		release:        adapt(q.InboxRelease, same, each(func(r gen.InboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		releaseOrphans: q.InboxReleaseOrphans,
+		expirePrevious: q.InboxExpirePrevious,
 		complete:       q.InboxComplete,
 		fail:           adapt(q.InboxFail, same, each(func(r gen.InboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		deadLetter:     adapt(q.InboxDeadLetter, same, each(func(r gen.InboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
@@ -97,6 +99,9 @@ func outboxQueries(q *gen.Queries) queries {
 			each(func(r gen.OutboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		releaseOrphans: adapt(q.OutboxReleaseOrphans, func(p gen.InboxReleaseOrphansParams) gen.OutboxReleaseOrphansParams {
 			return gen.OutboxReleaseOrphansParams(p)
+		}, same),
+		expirePrevious: adapt(q.OutboxExpirePrevious, func(p gen.InboxExpirePreviousParams) gen.OutboxExpirePreviousParams {
+			return gen.OutboxExpirePreviousParams(p)
 		}, same),
 		complete: adapt(q.OutboxPublish, func(p gen.InboxCompleteParams) gen.OutboxPublishParams { return gen.OutboxPublishParams(p) },
 			each(func(r gen.OutboxPublishRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),

@@ -95,7 +95,10 @@ type Processor struct {
 
 	mu      sync.Mutex // guards started and refused
 	started bool
-	refused error // the first refusal for lack of a privilege; Run returns it
+	refused error // the first refusal (privilege, schema, instance); Run returns it
+
+	listener *leasing.Listener // Options.DirectConfig's, nil without
+	wakes    chan struct{}     // capacity 1: the listener's wakes, passed on as the WorkSignal
 }
 
 // PrivilegeChecker is a store that can tell, before the first claim,
@@ -141,6 +144,9 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if p.ev, err = newEvents(opts, store.Queue(), claimRequest, p.batch != nil); err != nil {
 		return nil, err
 	}
+	if err := p.prepareDirect(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -183,6 +189,27 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer close(p.done)
 
 	base := context.WithoutCancel(ctx)
+	stopListener := p.runListener(base)
+	defer stopListener()
+	in, err := p.takeOver(ctx)
+	if err != nil {
+		p.ev.health.set(StateStopped, err)
+		return err
+	}
+	if in != nil {
+		watchCtx, stopWatch := context.WithCancel(base)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			in.watch(watchCtx)
+		}()
+		defer func() {
+			stopWatch()
+			<-watched
+			in.close(base)
+		}()
+	}
+
 	book := newBook(p.opts.LeaseDuration, p.ev)
 	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
 	go w.run()
@@ -198,13 +225,14 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.report, p.wrote) // the policy was validated by New
+			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.vacuumFailed, p.wrote) // the policy was validated by New
 		}
 	}()
 
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
 	r.loop(ctx)
+	p.ev.health.set(StateStopping, nil)
 	stopVacuum() // frees its pool connection for the shutdown's writes
 	<-vacDone
 	r.shutdown()
@@ -212,6 +240,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	<-hbDone
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.ev.health.set(StateStopped, p.refused)
 	return p.refused
 }
 
