@@ -50,7 +50,9 @@ type InstanceLock struct {
 }
 
 // instanceLockName is the advisory lock name of an instance's identity.
-func instanceLockName(q Queue, label string) string { return "leasestore:instance:" + string(q) + ":" + label }
+func instanceLockName(q Queue, label string) string {
+	return "leasestore:instance:" + string(q) + ":" + label
+}
 
 // instanceCloseTimeout bounds the close of a lock's connection.
 const instanceCloseTimeout = 5 * time.Second

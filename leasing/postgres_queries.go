@@ -28,6 +28,7 @@ type queries struct {
 	requeueBatch     func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]gen.InboxRequeueBatchRow, error)
 	purge            func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
 	purgeHeads       func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (gen.InboxPurgeHeadsRow, error)
+	retained         func(context.Context, gen.DBTX, gen.InboxRetainedParams) (gen.InboxRetainedRow, error)
 	countByStatus    func(context.Context, gen.DBTX, struct{}) ([]gen.InboxCountByStatusRow, error)
 	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
 	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
@@ -67,6 +68,7 @@ func inboxQueries(q *gen.Queries) queries {
 		requeueBatch:   q.InboxRequeueBatch,
 		purge:          q.InboxPurge,
 		purgeHeads:     q.InboxPurgeHeads,
+		retained:       q.InboxRetained,
 		countByStatus:  noParams(q.InboxCountByStatus),
 		leaseHealth:    q.InboxLeaseHealth,
 		get:            q.InboxGet,
@@ -121,6 +123,8 @@ func outboxQueries(q *gen.Queries) queries {
 		purge: adapt(q.OutboxPurge, func(p gen.InboxPurgeParams) gen.OutboxPurgeParams { return gen.OutboxPurgeParams(p) }, same),
 		purgeHeads: adapt(q.OutboxPurgeHeads, func(p gen.InboxPurgeHeadsParams) gen.OutboxPurgeHeadsParams { return gen.OutboxPurgeHeadsParams(p) },
 			func(r gen.OutboxPurgeHeadsRow) gen.InboxPurgeHeadsRow { return gen.InboxPurgeHeadsRow(r) }),
+		retained: adapt(q.OutboxRetained, func(p gen.InboxRetainedParams) gen.OutboxRetainedParams { return gen.OutboxRetainedParams(p) },
+			func(r gen.OutboxRetainedRow) gen.InboxRetainedRow { return gen.InboxRetainedRow(r) }),
 		countByStatus: adapt(noParams(q.OutboxCountByStatus), same,
 			each(func(r gen.OutboxCountByStatusRow) gen.InboxCountByStatusRow { return gen.InboxCountByStatusRow(r) })),
 		leaseHealth: adapt(q.OutboxLeaseHealth, func(p gen.InboxLeaseHealthParams) gen.OutboxLeaseHealthParams { return gen.OutboxLeaseHealthParams(p) },

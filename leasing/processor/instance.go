@@ -33,12 +33,15 @@ const InstanceLockWait = 2 * time.Second
 // another session.
 const instanceRetry = 100 * time.Millisecond
 
-// prepareDirect checks what Options.DirectConfig and InstanceID need of
-// the store and creates the processor's own Listener.
+// prepareDirect checks what Options.DirectConfig, InstanceID and
+// Retention need of the store and creates the processor's own Listener.
 //
-// Errors: a *leasing.ArgumentError for a store that is not a
-// *leasing.Postgres, or the Listener's.
+// Errors: a *leasing.ArgumentError for a store that lacks what they need,
+// or the Listener's.
 func (p *Processor) prepareDirect() error {
+	if _, ok := p.store.(Retainer); p.opts.retains() && !ok {
+		return argumentError("retention", "needs a Retainer store (*leasing.Postgres), got %T", p.store)
+	}
 	if p.opts.DirectConfig == nil {
 		return nil
 	}

@@ -124,6 +124,14 @@ type Options struct {
 	// identity). UTF-8 without NUL; Owner + "@" + InstanceID at most
 	// leasing.MaxOwnerLabelBytes bytes.
 	InstanceID string
+	// Retention, when not the zero value, has the processor apply the
+	// policy to its queue every Retention.Interval
+	// (leasing.Postgres.PurgeRetention: one runner at a time per queue,
+	// whichever processor gets the turn). The store must be a Retainer
+	// and its role may DELETE (leasestore_operator); else schedule
+	// leasectl purge. On the inbox Retention.Finished is the dedup window
+	// (docs/operations.md, Retention).
+	Retention leasing.RetentionPolicy
 }
 
 // instanceLabel returns the owner label of a processor with an
@@ -184,6 +192,11 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 		return o, claim, err
 	}
 	var err error
+	if o.retains() {
+		if o.Retention, err = o.Retention.Resolve(); err != nil {
+			return o, claim, err
+		}
+	}
 	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
 		return o, claim, err
 	}

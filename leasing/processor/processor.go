@@ -229,6 +229,17 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	}()
 
+	retCtx, stopRetention := context.WithCancel(base)
+	retDone := make(chan struct{})
+	go func() {
+		defer close(retDone)
+		p.keepRetained(retCtx)
+	}()
+	defer func() {
+		stopRetention()
+		<-retDone
+	}()
+
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
 	r.loop(ctx)
