@@ -103,8 +103,9 @@ func (p *Processor) runListener(ctx context.Context) (stop func()) {
 // instance is the identity a processor with an InstanceID holds while it
 // runs.
 type instance struct {
-	p    *Processor
-	lock *leasing.InstanceLock // nil while lost
+	p       *Processor
+	lock    *leasing.InstanceLock // nil while lost
+	running bool                  // the first claim may have run: a lost lock does not change the state
 }
 
 // takeOver takes the processor's instance identity and ends the leases of
@@ -192,6 +193,9 @@ func (in *instance) relock(ctx context.Context) error {
 				return p.ev.instanceRefused(err)
 			}
 			wait = instanceRetry
+		case in.running:
+			heldSince = time.Time{}
+			p.ev.instanceLockLost(err)
 		default:
 			heldSince = time.Time{}
 			p.ev.instanceStepFailed("lock instance", err)
@@ -207,6 +211,7 @@ func (in *instance) relock(ctx context.Context) error {
 // the processor.
 func (in *instance) watch(ctx context.Context) {
 	p := in.p
+	in.running = true
 	for wait.Sleep(ctx, p.opts.HeartbeatInterval) {
 		err := in.lock.Ping(ctx)
 		if err == nil || ctx.Err() != nil {

@@ -213,3 +213,40 @@ func TestInstanceOptions(t *testing.T) {
 	_, err = processor.New(b.mem, handler, processor.Options{Owner: strings.Repeat("o", leasing.MaxOwnerLabelBytes), InstanceID: "x", DirectConfig: cfg})
 	require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 }
+
+// TestInstanceLockLost: when the session holding a running processor's
+// identity ends and another takes the identity meanwhile, the processor
+// notices at its next check and stops with a *leasing.InstanceInUseError
+// rather than share the identity.
+func TestInstanceLockLost(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	pg, cfg := instanceStore(t, url)
+	p, err := processor.New(pg, func(context.Context, leasing.Lease) error { return nil }, processor.Options{
+		InstanceID: "pod-0", DirectConfig: cfg, PollInterval: 20 * time.Millisecond,
+		LeaseDuration: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(context.Background()) }()
+	require.Eventually(t, func() bool { return p.Health().Ready }, 10*time.Second, 5*time.Millisecond)
+
+	ctx := t.Context()
+	_, err = pg.Pool().Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	require.NoError(t, err)
+	var thief *leasing.InstanceLock
+	require.Eventually(t, func() bool {
+		thief, err = leasing.LockInstance(ctx, cfg, leasing.Inbox, "inbox@pod-0")
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "the terminated session's lock is free")
+	defer func() { require.NoError(t, thief.Close(ctx)) }()
+
+	var runErr error
+	select {
+	case runErr = <-errc:
+	case <-time.After(20 * time.Second):
+		require.FailNow(t, "the processor did not notice that another session took its identity")
+	}
+	require.ErrorIs(t, runErr, leasing.ErrInstanceInUse)
+	require.Equal(t, processor.StateInstanceInUse, p.Health().State)
+}
