@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
@@ -117,10 +118,10 @@ func TestLockInstance(t *testing.T) {
 	require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 }
 
-// TestPgBouncerLockInstance: through a transaction-mode pooler the
+// TestPgBouncerInstanceAndRetention: through a transaction-mode pooler the
 // identity's lock would stay on a server session others share:
 // LockInstance sees that the holder is not its connection and refuses.
-func TestPgBouncerLockInstance(t *testing.T) {
+func TestPgBouncerInstanceAndRetention(t *testing.T) {
 	t.Parallel()
 	url := dbtest.PgBouncerURL(t, dbtest.DatabaseURL(t))
 	cfg, err := pgx.ParseConfig(url)
@@ -128,4 +129,22 @@ func TestPgBouncerLockInstance(t *testing.T) {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	_, err = leasing.LockInstance(context.Background(), cfg, leasing.Inbox, "inbox@pod-0")
 	require.ErrorContains(t, err, "not through a pooler")
+
+	// Retention's turn is a transaction-level lock: it works through the
+	// pooler, and concurrent runners take turns.
+	pool, err := pgxpool.New(t.Context(), withQueryMode(t, url, poolerQueryMode))
+	require.NoError(t, err)
+	defer pool.Close()
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := store.PurgeRetention(t.Context(), leasing.RetentionPolicy{Finished: time.Hour, DeadLettered: time.Hour})
+			errs <- err
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
 }

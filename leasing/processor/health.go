@@ -116,9 +116,6 @@ func (h *health) set(s State, err error) bool {
 	return changed
 }
 
-// stopped moves to StateStopped, unless a refusal came first.
-func (h *health) stopped() { h.set(StateStopped, nil) }
-
 // claimed records a claim that succeeded.
 func (h *health) claimed() {
 	h.mu.Lock()
