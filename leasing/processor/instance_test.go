@@ -59,8 +59,9 @@ func TestInstanceChild(t *testing.T) {
 	_ = p.Run(context.Background()) // killed before it returns
 }
 
-// TestInstanceTakeover: a processor process holding leases is killed
-// (SIGKILL); its successor with the same instance id ends the dead
+// TestInstanceTakeover: while a processor process holding leases lives,
+// another process with its instance id refuses to run; once it is killed
+// (SIGKILL), its successor with the same instance id ends the dead
 // incarnation's leases and reclaims them at once, long before they
 // expire: each message's history shows the killed owner's attempt as
 // expired (counted: the handler may have run), and the message completed
@@ -112,6 +113,12 @@ func TestInstanceTakeover(t *testing.T) {
 		require.NoError(t, err)
 		expiries[id] = *row.LeaseExpiresAt
 	}
+	// While the child lives, a second process with its identity refuses.
+	twin, err := processor.New(pg, func(context.Context, leasing.Lease) error { return nil },
+		processor.Options{InstanceID: "pod-0", DirectConfig: cfg, LeaseDuration: instanceLease})
+	require.NoError(t, err)
+	require.ErrorIs(t, twin.Run(context.Background()), leasing.ErrInstanceInUse)
+
 	require.NoError(t, child.Process.Kill())
 	_ = child.Wait()
 	killed = true
