@@ -159,7 +159,8 @@ func (p *Processor) noteWrite() {
 }
 
 // Owner returns the lease owner name the processor claims with: the Owner
-// label and a random suffix (leasing.NewOwner).
+// label (Owner@InstanceID with an InstanceID) and a random suffix
+// (leasing.NewOwner).
 func (p *Processor) Owner() string { return p.claimRequest.Owner }
 
 // Options returns the options in effect, defaults filled in.
