@@ -100,6 +100,29 @@ func (p *Processor) runListener(ctx context.Context) (stop func()) {
 	}
 }
 
+// holdInstance takes the processor's instance identity (takeOver) and
+// watches it until release, which frees it; base outlives ctx's
+// cancellation. Without an InstanceID it does nothing.
+//
+// Errors: takeOver's refusal.
+func (p *Processor) holdInstance(ctx, base context.Context) (release func(), err error) {
+	in, err := p.takeOver(ctx)
+	if err != nil || in == nil {
+		return func() {}, err
+	}
+	watchCtx, stopWatch := context.WithCancel(base)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		in.watch(watchCtx)
+	}()
+	return func() {
+		stopWatch()
+		<-watched
+		in.close(base)
+	}, nil
+}
+
 // instance is the identity a processor with an InstanceID holds while it
 // runs.
 type instance struct {

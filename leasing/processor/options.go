@@ -93,8 +93,8 @@ type Options struct {
 	// OnError, when not nil, receives the errors the processor handles by
 	// trying again later (claim, renew, outcome write, vacuum, listener,
 	// instance lock, retention; a schema behind once per finding), each
-	// *leasing.ParkedError of a claim, and the refusal Run returns. It may be called from several
-	// goroutines at once and must not block.
+	// *leasing.ParkedError of a claim, and the refusal Run returns. It
+	// may be called from several goroutines at once and must not block.
 	OnError func(error)
 	// Vacuum is the policy by which the processor vacuums its queue's
 	// tables on a Vacuumer store. The zero value is on, with the defaults.

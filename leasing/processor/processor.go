@@ -176,9 +176,15 @@ func (p *Processor) Options() Options { return p.opts }
 // nothing when the PrivilegeChecker finds one missing, and stops claiming
 // when the database refuses an outcome write, and then returns that error.
 //
+// With an Options.InstanceID, Run first takes the instance's identity and
+// ends its earlier incarnations' leases (docs/processor.md, Instance
+// identity).
+//
 // Errors: an error at once on a second Run; an error matching
 // leasing.ErrPermissionDenied (errors.As a *leasing.PrivilegeError when
-// the check found it) for a missing privilege.
+// the check found it) for a missing privilege; a
+// *leasing.InstanceInUseError when another live process holds the
+// InstanceID; with FailOnSchemaBehind, the *leasing.SchemaError.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.started {
@@ -192,24 +198,12 @@ func (p *Processor) Run(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	stopListener := p.runListener(base)
 	defer stopListener()
-	in, err := p.takeOver(ctx)
+	release, err := p.holdInstance(ctx, base)
 	if err != nil {
 		p.ev.health.set(StateStopped, err)
 		return err
 	}
-	if in != nil {
-		watchCtx, stopWatch := context.WithCancel(base)
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			in.watch(watchCtx)
-		}()
-		defer func() {
-			stopWatch()
-			<-watched
-			in.close(base)
-		}()
-	}
+	defer release()
 
 	book := newBook(p.opts.LeaseDuration, p.ev)
 	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
@@ -230,17 +224,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		}
 	}()
 
-	retCtx, stopRetention := context.WithCancel(base)
-	retDone := make(chan struct{})
-	go func() {
-		defer close(retDone)
-		p.keepRetained(retCtx)
-	}()
-	defer func() {
-		stopRetention()
-		<-retDone
-	}()
-
+	defer p.startRetention(base)()
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
 	r.loop(ctx)

@@ -22,6 +22,21 @@ var _ Retainer = (*leasing.Postgres)(nil)
 // retains reports whether Options.Retention is set.
 func (o Options) retains() bool { return o.Retention != (leasing.RetentionPolicy{}) }
 
+// startRetention runs keepRetained on a goroutine of its own until the
+// returned stop, which waits for it.
+func (p *Processor) startRetention(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.keepRetained(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // keepRetained applies the retention policy every Interval until ctx
 // ends: PurgeRetention until a call deletes less than a batch of each
 // kind. Errors go to OnError and the next run tries again, but a missing
