@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -196,4 +197,40 @@ func TestHealthHandler(t *testing.T) {
 	require.Equal(t, processor.StateStopped, running.Health().State)
 	code, _ = probe(t, processor.HealthHandler(running), "/livez")
 	require.Equal(t, http.StatusServiceUnavailable, code)
+}
+
+// TestHealthPrivilegesRefused: a processor refused a privilege, by the
+// check before its first claim or by an outcome write, ends in
+// StatePrivilegesRefused, not live, with the refusal as its reason.
+func TestHealthPrivilegesRefused(t *testing.T) {
+	t.Parallel()
+	denied := fmt.Errorf("%w: permission denied for table inbox_ordering_keys", leasing.ErrPermissionDenied)
+	for name, store := range map[string]func(*processorBundle) processor.Store{
+		"Check": func(b *processorBundle) processor.Store {
+			return &privilegeStore{storeHooks: storeHooks{Store: b.mem}, check: &leasing.PrivilegeError{
+				Queue: leasing.Inbox, User: "app", Refused: []leasing.RefusedCall{{Call: "complete", Err: denied}}}}
+		},
+		"Write": func(b *processorBundle) processor.Store {
+			s := &privilegeStore{storeHooks: storeHooks{Store: b.mem}}
+			s.complete = func(context.Context, ...leasing.Lease) (leasing.WriteResult, error) {
+				return leasing.WriteResult{}, denied
+			}
+			return s
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setupProcessor(t, leasing.Inbox)
+			b.enqueue(t, 1)
+			p, err := processor.New(store(b), func(context.Context, leasing.Lease) error { return nil },
+				processor.Options{PollInterval: 5 * time.Millisecond})
+			require.NoError(t, err)
+			require.ErrorIs(t, p.Run(context.Background()), leasing.ErrPermissionDenied)
+			h := p.Health()
+			require.Equal(t, processor.StatePrivilegesRefused, h.State)
+			require.False(t, h.Live)
+			require.False(t, h.Ready)
+			require.ErrorIs(t, h.Err, leasing.ErrPermissionDenied)
+		})
+	}
 }

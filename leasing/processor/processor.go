@@ -241,8 +241,11 @@ func (p *Processor) Run(ctx context.Context) error {
 }
 
 // refuse stops the processor for err, which Run returns unless an earlier
-// refusal came first.
+// refusal came first. A missing privilege is StatePrivilegesRefused.
 func (p *Processor) refuse(err error) {
+	if errors.Is(err, leasing.ErrPermissionDenied) {
+		p.ev.health.set(StatePrivilegesRefused, err)
+	}
 	p.mu.Lock()
 	if p.refused == nil {
 		p.refused = err
