@@ -45,8 +45,9 @@ type TxHandler func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error
 // Each running handler holds one of the pool's connections for its whole
 // call; the claims, the heartbeat that renews the handlers' leases and the
 // outcome writes need at least one more. The pool's MaxConns must
-// therefore exceed Options.Concurrency. A handler that uses the pool
-// beside tx needs more still.
+// therefore exceed Options.Concurrency, which defaults here to the
+// smaller of DefaultConcurrency and MaxConns - 1. A handler that uses the
+// pool beside tx needs more still.
 //
 // After a commit the processor confirms the completion with its usual
 // batched Complete, which finds it already applied and changes nothing.
@@ -60,11 +61,15 @@ func NewTx(store *leasing.Postgres, handler TxHandler, opts Options) (*Processor
 	if handler == nil {
 		return nil, argumentError("handler", "must not be nil")
 	}
+	conns := store.Pool().Config().MaxConns
+	if opts.Concurrency == 0 {
+		opts.Concurrency = max(1, min(DefaultConcurrency, int(conns)-1))
+	}
 	p, err := New(store, txHandler{store: store, handler: handler}.handle, opts)
 	if err != nil {
 		return nil, err
 	}
-	if conns := store.Pool().Config().MaxConns; int(conns) <= p.opts.Concurrency {
+	if int(conns) <= p.opts.Concurrency {
 		return nil, argumentError("concurrency", "each running TxHandler holds one of the pool's %d connections (MaxConns) "+
 			"and the heartbeat needs another: Concurrency %d needs MaxConns of at least %d", conns, p.opts.Concurrency, p.opts.Concurrency+1)
 	}

@@ -201,6 +201,13 @@ func TestNewTxArguments(t *testing.T) {
 	_, err = processor.NewTx(inbox, h, processor.Options{Concurrency: 4})
 	require.ErrorIs(t, err, leasing.ErrInvalidArgument, "every connection held by a handler: none left to renew")
 	require.ErrorContains(t, err, "MaxConns of at least 5")
-	_, err = processor.NewTx(inbox, h, processor.Options{Concurrency: 3})
+	p, err := processor.NewTx(inbox, h, processor.Options{Concurrency: 3})
 	require.NoError(t, err)
+	require.Equal(t, 3, p.Options().Concurrency)
+
+	small, err := leasing.NewPostgres(dbtest.OpenPool(t, url, "", 3), leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	p, err = processor.NewTx(small, h, processor.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 2, p.Options().Concurrency, "left 0, Concurrency leaves the heartbeat a connection")
 }
