@@ -31,9 +31,9 @@ type run struct {
 	sweepUntil time.Time // after a failed claim: sweep orphans before each claim until then
 	allowed    bool      // the PrivilegeChecker found nothing missing; until then it replaces each claim
 
-	earlyClaim   chan struct{} // capacity 1: a message may be due within earlyClaimIn
-	earlyClaimMu sync.Mutex    // guards earlyClaimIn
-	earlyClaimIn time.Duration // soonest claimEarly delay since the loop last looked; 0 for none
+	earlyClaim   chan struct{} // capacity 1: claimEarly added to earlyClaimAt
+	earlyClaimMu sync.Mutex    // guards earlyClaimAt
+	earlyClaimAt []time.Time   // claimEarly deadlines since the loop last looked
 }
 
 func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
@@ -41,13 +41,13 @@ func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 }
 
 // claimEarly tells the loop that a message may be due within d (on the
-// store's clock; a hint), so that it claims then if that is before the
-// next poll.
+// store's clock; a hint), so that it claims then, whatever else happens
+// before: the loop keeps the deadline in its schedule until a claim starts
+// at or after it.
 func (r *run) claimEarly(d time.Duration) {
+	at := time.Now().Add(max(d, 0))
 	r.earlyClaimMu.Lock()
-	if r.earlyClaimIn == 0 || d < r.earlyClaimIn {
-		r.earlyClaimIn = max(d, time.Nanosecond)
-	}
+	r.earlyClaimAt = append(r.earlyClaimAt, at)
 	r.earlyClaimMu.Unlock()
 	select {
 	case r.earlyClaim <- struct{}{}:
@@ -62,9 +62,9 @@ func (r *run) loop(ctx context.Context) {
 	if p.opts.WorkSignal != nil {
 		wake = p.opts.WorkSignal.Wake()
 	}
+	var sched schedule
 	poll := time.NewTimer(p.opts.PollInterval)
 	defer poll.Stop()
-	pollAt := time.Now().Add(p.opts.PollInterval)
 	due := true // whether due messages may be waiting: claim when a slot frees
 	var idle pollBackoff
 	for {
@@ -79,6 +79,7 @@ func (r *run) loop(ctx context.Context) {
 		}
 		if due && r.running+len(r.waiting) < p.opts.Concurrency {
 			var found int
+			sent := time.Now()
 			due, found = r.claim()
 			wait := p.opts.PollInterval
 			switch {
@@ -87,8 +88,8 @@ func (r *run) loop(ctx context.Context) {
 			case wake != nil:
 				wait = idle.next(found > 0, p.opts.PollInterval)
 			}
-			poll.Reset(wait)
-			pollAt = time.Now().Add(wait)
+			sched.claimed(sent, time.Now().Add(wait))
+			poll.Reset(time.Until(sched.next()))
 			continue
 		}
 		select {
@@ -108,13 +109,12 @@ func (r *run) loop(ctx context.Context) {
 			r.running -= int(r.finished.Swap(0))
 		case <-r.earlyClaim:
 			r.earlyClaimMu.Lock()
-			d := r.earlyClaimIn
-			r.earlyClaimIn = 0
-			r.earlyClaimMu.Unlock()
-			if at := time.Now().Add(d); at.Before(pollAt) {
-				poll.Reset(d)
-				pollAt = at
+			for _, at := range r.earlyClaimAt {
+				sched.addDeadline(at)
 			}
+			r.earlyClaimAt = r.earlyClaimAt[:0]
+			r.earlyClaimMu.Unlock()
+			poll.Reset(time.Until(sched.next()))
 		}
 	}
 }
