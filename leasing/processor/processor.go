@@ -25,6 +25,9 @@ type Store interface {
 	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
 	// Release gives leases back, due at once, their attempt returned.
 	Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
+	// ReleaseAfter gives leases back with their attempt returned, due
+	// again after each RetryAfter, with each Error as the last error.
+	ReleaseAfter(ctx context.Context, failures ...leasing.Failure) (leasing.WriteResult, error)
 	// ReleaseOrphans releases the rows leased to owner whose leases have
 	// not expired and whose ids are not in held.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
