@@ -16,7 +16,8 @@ import (
 
 // run is the state of one Run call: the claim loop, which claims batches
 // and dispatches their leases to workers. Only the loop goroutine touches
-// waiting, running, sweepUntil and allowed; the leases are in the book.
+// waiting, running, sched, sweepUntil and allowed; the leases are in the
+// book.
 type run struct {
 	p        *Processor
 	base     context.Context // Run's values, never cancelled
@@ -28,6 +29,8 @@ type run struct {
 	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
 	wg       sync.WaitGroup // workers
 
+	sched      schedule  // when to claim: the next poll and the early-claim deadlines
+	openings   int64     // breaker openings the loop has released the waiting leases for
 	sweepUntil time.Time // after a failed claim: sweep orphans before each claim until then
 	allowed    bool      // the PrivilegeChecker found nothing missing; until then it replaces each claim
 
@@ -62,12 +65,12 @@ func (r *run) loop(ctx context.Context) {
 	if p.opts.WorkSignal != nil {
 		wake = p.opts.WorkSignal.Wake()
 	}
-	var sched schedule
 	poll := time.NewTimer(p.opts.PollInterval)
 	defer poll.Stop()
 	due := true // whether due messages may be waiting: claim when a slot frees
 	var idle pollBackoff
 	for {
+		r.releaseHeld()
 		r.dispatch()
 		if ctx.Err() != nil {
 			p.requestStop()
@@ -88,8 +91,8 @@ func (r *run) loop(ctx context.Context) {
 			case wake != nil:
 				wait = idle.next(found > 0, p.opts.PollInterval)
 			}
-			sched.claimed(sent, time.Now().Add(wait))
-			poll.Reset(time.Until(sched.next()))
+			r.sched.claimed(sent, time.Now().Add(wait))
+			poll.Reset(time.Until(r.sched.next()))
 			continue
 		}
 		select {
@@ -110,11 +113,11 @@ func (r *run) loop(ctx context.Context) {
 		case <-r.earlyClaim:
 			r.earlyClaimMu.Lock()
 			for _, at := range r.earlyClaimAt {
-				sched.addDeadline(at)
+				r.sched.addDeadline(at)
 			}
 			r.earlyClaimAt = r.earlyClaimAt[:0]
 			r.earlyClaimMu.Unlock()
-			poll.Reset(time.Until(sched.next()))
+			poll.Reset(time.Until(r.sched.next()))
 		}
 	}
 }
@@ -160,10 +163,21 @@ func (r *run) claim() (full bool, found int) {
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
 		return false, -1
 	}
+	req := p.claimRequest
+	plan := p.breaker.plan(time.Now())
+	if !plan.nextProbe.IsZero() {
+		r.sched.addDeadline(plan.nextProbe)
+	}
+	if plan.blocked {
+		if len(plan.probes) == 0 {
+			return false, 0
+		}
+		req.BatchSize = 1 // one message probes the destination
+	}
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
-	leases, err := p.store.Claim(ctx, p.claimRequest)
+	leases, err := p.store.Claim(ctx, req)
 	pe := (*leasing.ParkedError)(nil)
 	if errors.As(err, &pe) {
 		err = nil // the claim dead-lettered rows it could not lease; its leases are good
@@ -183,7 +197,32 @@ func (r *run) claim() (full bool, found int) {
 		p.noteWrite()
 	}
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
-	return found >= p.opts.BatchSize, found
+	return found >= req.BatchSize && !plan.blocked, found
+}
+
+// releaseHeld releases, once a breaker has opened, the waiting leases
+// (handlers not started) of the topics whose breaker is open, their
+// attempts returned: they would only meet the unavailable destination.
+// Leases claimed later (probes) are not released.
+func (r *run) releaseHeld() {
+	n := r.p.breaker.openings()
+	if n == r.openings {
+		return
+	}
+	r.openings = n
+	var keep, held []*heldLease
+	for _, h := range r.waiting {
+		if r.p.breaker.isOpen(h.lease.Message) {
+			held = append(held, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	r.waiting = keep
+	r.w.submit(r.book.stopWaiting(held, errBreakerOpen)...)
 }
 
 // checkPrivileges asks a PrivilegeChecker store whether its role may run
@@ -379,23 +418,41 @@ func (r *run) settle(h *heldLease, err error) (pendingWrite, bool) {
 }
 
 // outcome returns the write for lease's attempt ended with err: complete;
-// failed without delay after a shutdown; else failed with the policy's
-// backoff or dead_lettered.
+// by the handler's verdict, dead_lettered (Permanent) or released with a
+// delay, the attempt returned (RetryAfter, capped at the RetryPolicy's
+// MaxDelay; Unavailable, the breaker's delay); for a plain error, failed
+// without delay after a shutdown, else failed with the policy's backoff or
+// dead_lettered. It reports the verdict to the breaker.
 func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite {
 	policy := r.p.opts.RetryPolicy
 	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}
-	if err != nil {
-		pw.failure.Error = err.Error()
-		switch {
-		case errors.Is(context.Cause(h.ctx), ErrShutdown):
-			pw.kind = writeFail
-			pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
-		case policy.DeadLetters(lease.Attempt):
-			pw.kind = writeDeadLetter
-		default:
-			pw.kind = writeFail
-			pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
-		}
+	if err == nil {
+		r.p.breaker.succeeded(lease.Message)
+		return pw
+	}
+	pw.failure.Error = err.Error()
+	var after time.Duration
+	pw.verdict, after = VerdictOf(err)
+	if pw.verdict != VerdictUnavailable {
+		r.p.breaker.failed(lease.Message, time.Now())
+	}
+	switch {
+	case pw.verdict == VerdictPermanent:
+		pw.kind = writeDeadLetter
+	case pw.verdict == VerdictRetryAfter:
+		pw.kind = writeReleaseAfter
+		pw.failure.RetryAfter = min(after, policy.MaxDelay)
+	case pw.verdict == VerdictUnavailable:
+		pw.kind = writeReleaseAfter
+		pw.failure.RetryAfter = r.p.breaker.unavailable(lease.Message, time.Now())
+	case errors.Is(context.Cause(h.ctx), ErrShutdown):
+		pw.kind = writeFail
+		pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
+	case policy.DeadLetters(lease.Attempt):
+		pw.kind = writeDeadLetter
+	default:
+		pw.kind = writeFail
+		pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
 	}
 	return pw
 }
@@ -403,7 +460,7 @@ func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite
 // shutdown releases the waiting leases, lets running handlers finish within
 // ShutdownGrace, cancels the rest, and waits for every write.
 func (r *run) shutdown() {
-	release := r.book.stopWaiting(r.waiting)
+	release := r.book.stopWaiting(r.waiting, ErrShutdown)
 	r.waiting = nil
 	if len(release) > 0 {
 		r.w.submit(release...)

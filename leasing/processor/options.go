@@ -97,6 +97,10 @@ type Options struct {
 	// Vacuum is the policy by which the processor vacuums its queue's
 	// tables on a Vacuumer store. The zero value is on, with the defaults.
 	Vacuum VacuumPolicy
+	// Breaker is the policy of the breaker that stops claims while
+	// handlers report their destination Unavailable (docs/processor.md,
+	// Outages). The zero value is on, with the defaults.
+	Breaker BreakerPolicy
 }
 
 // resolve returns o with defaults filled in for queue q, and the claim
@@ -147,6 +151,9 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	}
 	var err error
 	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
+		return o, claim, err
+	}
+	if o.Breaker, err = o.Breaker.resolve(); err != nil {
 		return o, claim, err
 	}
 	o.RetryPolicy = o.RetryPolicy.withDefaults()

@@ -89,6 +89,7 @@ type Processor struct {
 	batch        BatchHandler // NewBatch's; nil for New's
 	opts         Options      // resolved: no zero fields left
 	ev           *events
+	breaker      *breaker
 	claimRequest leasing.ClaimRequest // what every claim sends, checked by New
 	wrote        chan struct{}        // capacity 1: rows written since the vacuum policy last looked
 
@@ -144,6 +145,7 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if p.ev, err = newEvents(opts, store.Queue(), claimRequest, p.batch != nil); err != nil {
 		return nil, err
 	}
+	p.breaker = newBreaker(opts.Breaker, opts.RetryPolicy, store.Queue(), p.ev)
 	return p, nil
 }
 
@@ -207,6 +209,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
+	p.breaker.wake = func() { r.claimEarly(0) }
 	r.loop(ctx)
 	stopVacuum() // frees its pool connection for the shutdown's writes
 	<-vacDone
