@@ -47,7 +47,17 @@ WITH input AS (
       AND l.status = 'publishing'
       AND l.lease_owner = $1::text
       AND l.lease_generation = l.input_generation
-    RETURNING m.message_id
+    RETURNING m.message_id, l.retry_delay
+), due_now AS (
+    SELECT 1 FROM applied AS a WHERE coalesce(a.retry_delay, interval '0') <= interval '0'
+), signalled AS (
+    SELECT pg_notify('outbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('outbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('outbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
 SELECT i.message_id::uuid AS message_id,
        (CASE
@@ -62,6 +72,7 @@ SELECT i.message_id::uuid AS message_id,
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
+LEFT JOIN signalled ON true
 `
 
 type OutboxReleaseParams struct {
@@ -89,7 +100,8 @@ type OutboxReleaseRow struct {
 // retry_delays, last_errors and attempt_errors are either empty (Release: due
 // at once, last_error kept; the select list's unnests pad a shorter array
 // with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
-// last_error written, attempt_error in the attempt's entry).
+// last_error written, attempt_error in the attempt's entry). A row released
+// due at once notifies the work signal (see the "signal" block).
 func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) ([]OutboxReleaseRow, error) {
 	rows, err := db.Query(ctx, outboxRelease,
 		arg.LeaseOwner,

@@ -12,7 +12,8 @@
 -- retry_delays, last_errors and attempt_errors are either empty (Release: due
 -- at once, last_error kept; the select list's unnests pad a shorter array
 -- with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
--- last_error written, attempt_error in the attempt's entry).
+-- last_error written, attempt_error in the attempt's entry). A row released
+-- due at once notifies the work signal (see the "signal" block).
 -- name: InboxRelease :many
 WITH input AS (
     SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
@@ -48,7 +49,17 @@ WITH input AS (
       AND l.status = 'processing'
       AND l.lease_owner = @lease_owner::text
       AND l.lease_generation = l.input_generation
-    RETURNING m.message_id
+    RETURNING m.message_id, l.retry_delay
+), due_now AS (
+    SELECT 1 FROM applied AS a WHERE coalesce(a.retry_delay, interval '0') <= interval '0'
+), signalled AS (
+    SELECT pg_notify('inbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('inbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('inbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
 SELECT i.message_id::uuid AS message_id,
        (CASE
@@ -62,7 +73,8 @@ SELECT i.message_id::uuid AS message_id,
        END)::text AS outcome
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
-LEFT JOIN applied AS a ON a.message_id = i.message_id;
+LEFT JOIN applied AS a ON a.message_id = i.message_id
+LEFT JOIN signalled ON true;
 
 -- InboxReleaseOrphans releases every processing inbox row leased to
 -- lease_owner whose lease has not expired at now and whose message_id is not
