@@ -263,15 +263,3 @@ func (b *breaker) isOpen(m leasing.Message) bool {
 	c := b.circuits[topic]
 	return c != nil && c.state == BreakerOpen
 }
-
-// states returns the state of each circuit that has reported Unavailable
-// since its last success, by topic, for the breaker_state gauge.
-func (b *breaker) states() map[string]BreakerState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := make(map[string]BreakerState, len(b.circuits))
-	for topic, c := range b.circuits {
-		s[topic] = c.state
-	}
-	return s
-}
