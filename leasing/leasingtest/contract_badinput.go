@@ -51,6 +51,23 @@ func badInput(t *testing.T, b *bundle) {
 		"claim long tenant": func() error {
 			return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = strings.Repeat("t", leasing.MaxTenantIDBytes+1) }))
 		},
+		"claim empty topic":     func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"a", ""} })) },
+		"claim empty except":    func() error { return claim(with(func(r *leasing.ClaimRequest) { r.ExceptTopics = []string{""} })) },
+		"claim duplicate topic": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"a", "a"} })) },
+		"claim topic in both": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.Topics, r.ExceptTopics = []string{"a", "b"}, []string{"b"} }))
+		},
+		"claim too many topics": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) {
+				for i := range leasing.MaxClaimTopics + 1 {
+					r.Topics = append(r.Topics, fmt.Sprint("t", i))
+				}
+			}))
+		},
+		"claim long topic": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.ExceptTopics = []string{strings.Repeat("t", leasing.MaxTopicBytes+1)} }))
+		},
+		"claim NUL in topic": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"t\x00"} })) },
 		"enqueue long tenant": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes+1)})
 			return err
