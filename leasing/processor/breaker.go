@@ -3,9 +3,11 @@ package processor
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -71,7 +73,8 @@ const (
 	// BreakerClosed claims as usual.
 	BreakerClosed BreakerState = iota
 	// BreakerOpen claims nothing of its topic but one probe message per
-	// probe interval.
+	// probe interval (nothing at all but the probe, for a topic a claim
+	// cannot name: the empty topic).
 	BreakerOpen
 )
 
@@ -83,17 +86,19 @@ func (s BreakerState) String() string {
 	return "closed"
 }
 
-// breaker holds a processor's circuits: one per topic (outbox Topic, inbox
-// Type) when the claim can leave topics out (perTopic), else one for the
-// whole processor under the topic "". Workers report verdicts to it; the
-// loop asks it what to claim. Its clock is the processor's monotonic one.
+// breaker holds a processor's circuits, one per topic (outbox Topic, inbox
+// Type). Workers report verdicts to it; the loop asks it what to claim: an
+// open topic is left out of the claims (leasing.ClaimRequest.ExceptTopics)
+// but for one probe message per interval. A topic a claim cannot name (the
+// empty topic), or more open topics than a claim can leave out, block
+// every claim but the probes while open. Its clock is the processor's
+// monotonic one.
 type breaker struct {
-	policy   BreakerPolicy
-	retry    RetryPolicy
-	queue    leasing.Queue
-	perTopic bool
-	ev       *events
-	wake     func() // tells the loop that a circuit opened
+	policy BreakerPolicy
+	retry  RetryPolicy
+	queue  leasing.Queue
+	ev     *events
+	wake   func() // tells the loop that a circuit opened
 
 	opened atomic.Int64 // times a circuit opened, for the loop's cheap check
 
@@ -121,17 +126,19 @@ func newBreaker(policy BreakerPolicy, retry RetryPolicy, q leasing.Queue, ev *ev
 	return &breaker{policy: policy, retry: retry, queue: q, ev: ev, circuits: map[string]*circuit{}}
 }
 
-// topic returns the circuit key of m: its topic (outbox) or type (inbox)
-// per topic, else "".
+// topic returns the circuit key of m: its topic (outbox) or type (inbox),
+// as leasing.ClaimRequest.Topics names them.
 func (b *breaker) topic(m leasing.Message) string {
-	switch {
-	case !b.perTopic:
-		return ""
-	case b.queue == leasing.Outbox:
+	if b.queue == leasing.Outbox {
 		return m.Topic
-	default:
-		return m.Type
 	}
+	return m.Type
+}
+
+// nameable reports whether a claim can name topic in Topics or
+// ExceptTopics (leasing.ClaimRequest.Validate).
+func nameable(topic string) bool {
+	return topic != "" && len(topic) <= leasing.MaxTopicBytes && utf8.ValidString(topic) && !strings.ContainsRune(topic, 0)
 }
 
 // unavailable records an Unavailable verdict on m at now and returns the
@@ -201,19 +208,14 @@ func (b *breaker) failed(m leasing.Message, now time.Time) {
 	}
 }
 
-// maxExceptTopics is the most open topics a claim leaves out; with more,
-// the breaker blocks every claim but the probes.
-const maxExceptTopics = 100
-
 // claimPlan is what the loop claims next.
 type claimPlan struct {
-	// blocked: claim nothing but probes (the processor's circuit is open,
-	// or more topics are open than a claim can leave out).
+	// blocked: claim nothing but probes (an open topic a claim cannot
+	// name, or more open topics than a claim can leave out).
 	blocked bool
-	// except are the open topics a claim leaves out (per topic).
+	// except are the open topics the claim leaves out.
 	except []string
-	// probes are the topics of which to claim one message now, "" for the
-	// processor's own circuit.
+	// probes are the topics of which to claim one message now.
 	probes []string
 	// nextProbe is the earliest probe not yet due; zero for none.
 	nextProbe time.Time
@@ -229,10 +231,10 @@ func (b *breaker) plan(now time.Time) claimPlan {
 		if c.state != BreakerOpen {
 			continue
 		}
-		if topic == "" && !b.perTopic {
-			p.blocked = true
-		} else {
+		if nameable(topic) {
 			p.except = append(p.except, topic)
+		} else {
+			p.blocked = true
 		}
 		if now.Before(c.probeAt) {
 			if p.nextProbe.IsZero() || c.probeAt.Before(p.nextProbe) {
@@ -247,12 +249,44 @@ func (b *breaker) plan(now time.Time) claimPlan {
 			p.nextProbe = c.probeAt
 		}
 	}
-	if len(p.except) > maxExceptTopics {
+	if len(p.except) > leasing.MaxClaimTopics {
 		p.blocked = true
 	}
 	slices.Sort(p.except)
 	slices.Sort(p.probes)
 	return p
+}
+
+// requests returns the claims of the plan, from the processor's claim
+// request base: the claim of what is not open (nil when blocked or when
+// every topic of base is open), then one claim of one message per probe
+// (of its topic, or of any topic when blocked).
+func (p claimPlan) requests(base leasing.ClaimRequest) (claim *leasing.ClaimRequest, probes []leasing.ClaimRequest) {
+	if p.blocked {
+		if len(p.probes) > 0 {
+			probe := base
+			probe.BatchSize = 1
+			probes = append(probes, probe)
+		}
+		return nil, probes
+	}
+	c := base
+	switch {
+	case len(p.except) == 0:
+	case len(base.Topics) > 0:
+		c.Topics = slices.DeleteFunc(slices.Clone(base.Topics), func(t string) bool { return slices.Contains(p.except, t) })
+	default:
+		c.ExceptTopics = p.except
+	}
+	if len(base.Topics) == 0 || len(c.Topics) > 0 {
+		claim = &c
+	}
+	for _, topic := range p.probes {
+		probe := base
+		probe.BatchSize, probe.Topics, probe.ExceptTopics = 1, []string{topic}, nil
+		probes = append(probes, probe)
+	}
+	return claim, probes
 }
 
 // isOpen reports whether m's circuit is open.

@@ -152,9 +152,10 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 	return min(b.wait, ceiling)
 }
 
-// claim takes one batch and queues it for dispatch. It reports whether the
-// batch was full and how many messages it took (leased or parked), -1 when
-// it failed.
+// claim takes one batch and queues it for dispatch: a claim of the topics
+// whose breaker is closed, and a probe of one message per open topic due
+// for one (see breaker). It reports whether the batch was full and how
+// many messages it took (leased or parked), -1 when it failed.
 func (r *run) claim() (full bool, found int) {
 	p := r.p
 	if !r.allowed && !r.checkPrivileges() {
@@ -163,17 +164,31 @@ func (r *run) claim() (full bool, found int) {
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
 		return false, -1
 	}
-	req := p.claimRequest
 	plan := p.breaker.plan(time.Now())
 	if !plan.nextProbe.IsZero() {
 		r.sched.addDeadline(plan.nextProbe)
 	}
-	if plan.blocked {
-		if len(plan.probes) == 0 {
-			return false, 0
+	claim, probes := plan.requests(p.claimRequest)
+	if claim != nil {
+		if found = r.claimOnce(*claim); found < 0 {
+			return false, -1
 		}
-		req.BatchSize = 1 // one message probes the destination
+		full = found >= claim.BatchSize
 	}
+	for _, probe := range probes { // one message each
+		n := r.claimOnce(probe)
+		if n < 0 {
+			return false, -1
+		}
+		found += n
+	}
+	return full, found
+}
+
+// claimOnce sends one claim of req and queues its leases for dispatch. It
+// returns how many messages it took (leased or parked), -1 when it failed.
+func (r *run) claimOnce(req leasing.ClaimRequest) int {
+	p := r.p
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
@@ -187,9 +202,9 @@ func (r *run) claim() (full bool, found int) {
 		// The claim may have committed before its reply was lost: sweep
 		// for one lease duration from now, when such leases have expired.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
-		return false, -1
+		return -1
 	}
-	found = len(leases)
+	found := len(leases)
 	if pe != nil {
 		found += len(pe.Parked) // parked rows took batch slots, so more may be due
 	}
@@ -197,7 +212,7 @@ func (r *run) claim() (full bool, found int) {
 		p.noteWrite()
 	}
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
-	return found >= req.BatchSize && !plan.blocked, found
+	return found
 }
 
 // releaseHeld releases, once a breaker has opened, the waiting leases

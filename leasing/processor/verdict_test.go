@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,12 +97,12 @@ func TestProcessorBreaker(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	var mu sync.Mutex
-	var sizes []int // BatchSize of each claim while the breaker is open
+	var open []leasing.ClaimRequest // the claims while the breaker is open
 	store := &storeHooks{Store: b.mem}
 	store.claim = func(ctx context.Context, r leasing.ClaimRequest) ([]leasing.Lease, error) {
 		if b.counter("processor.breaker_transitions") == 1 {
 			mu.Lock()
-			sizes = append(sizes, r.BatchSize)
+			open = append(open, r)
 			mu.Unlock()
 		}
 		return b.mem.Claim(ctx, r)
@@ -136,9 +137,16 @@ func TestProcessorBreaker(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	for _, n := range sizes {
-		require.Equal(t, 1, n, "an open breaker claims one message per probe")
+	probes := 0
+	for _, r := range open {
+		if slices.Equal(r.Topics, []string{"orders"}) {
+			require.Equal(t, 1, r.BatchSize, "an open breaker probes with one message")
+			probes++
+		} else {
+			require.Equal(t, []string{"orders"}, r.ExceptTopics, "other claims leave the open topic out")
+		}
 	}
+	require.GreaterOrEqual(t, probes, 4)
 	mu.Unlock()
 	opened := rec.Find("breaker opened: claims of the topic stop, one message probes the destination")
 	require.Len(t, opened, 1)
@@ -163,4 +171,44 @@ func values(points []metrictest.Point) []float64 {
 		v = append(v, p.Value)
 	}
 	return v
+}
+
+// TestProcessorBreakerPerTopic: a processor serving two topics opens the
+// breaker of the one whose destination is down and keeps claiming and
+// publishing the other meanwhile; the down topic's messages wait, none
+// dead-lettered, and are published once it is back.
+func TestProcessorBreakerPerTopic(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Outbox)
+	var msgs []leasing.NewMessage
+	for range 10 {
+		msgs = append(msgs, leasing.NewMessage{Topic: "orders"}, leasing.NewMessage{Topic: "audit"})
+	}
+	_, err := b.mem.Enqueue(context.Background(), msgs...)
+	require.NoError(t, err)
+	var down atomic.Bool
+	down.Store(true)
+	var audit, orders atomic.Int32
+	b.start(t, nil, func(_ context.Context, l leasing.Lease) error {
+		if l.Message.Topic == "audit" {
+			audit.Add(1)
+			return nil
+		}
+		if down.Load() {
+			return processor.Unavailable(errors.New("orders broker down"))
+		}
+		orders.Add(1)
+		return nil
+	}, processor.Options{
+		BatchSize: 4, Concurrency: 1,
+		Breaker: processor.BreakerPolicy{Threshold: 2, ProbeInterval: 5 * time.Millisecond, MaxProbeInterval: 20 * time.Millisecond},
+	})
+	waitFor(t, func() bool { return audit.Load() == 10 }, "the other topic drains while orders is down")
+	require.Zero(t, orders.Load())
+	require.EqualValues(t, 1, b.counter("processor.breaker_transitions"), "orders' breaker opened, audit's never did")
+	down.Store(false)
+	b.clock.Advance(time.Hour)
+	waitFor(t, func() bool { return orders.Load() == 10 }, "orders published once its broker is back")
+	require.Zero(t, b.counter("processor.dead_lettered"))
+	require.EqualValues(t, 2, b.counter("processor.breaker_transitions"))
 }
