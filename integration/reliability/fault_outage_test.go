@@ -21,11 +21,16 @@ import (
 type outageBroker struct {
 	down     atomic.Bool
 	refused  atomic.Int64
+	payments atomic.Int64 // published on the topic whose destination stays up
 	mu       sync.Mutex
 	accepted map[string][]int // ordering key -> sequence numbers, in publish order
 }
 
 func (b *outageBroker) publish(_ context.Context, m leasing.Message) error {
+	if m.Topic == "payments" { // another destination, up throughout
+		b.payments.Add(1)
+		return nil
+	}
 	if b.down.Load() {
 		b.refused.Add(1)
 		return processor.Unavailable(errors.New("nats: no responders available for request"))
@@ -97,7 +102,8 @@ func TestFaultBrokerOutage(t *testing.T) {
 				TenantID: "orders", Topic: "orders", OrderingKey: fmt.Sprintf("order-%d", k), Payload: fmt.Appendf(nil, "%d", seq),
 			})
 		}
-		msgs = append(msgs, leasing.NewMessage{TenantID: "audit", Topic: "audit", Payload: []byte("a")})
+		msgs = append(msgs, leasing.NewMessage{TenantID: "audit", Topic: "audit", Payload: []byte("a")},
+			leasing.NewMessage{TenantID: "orders", Topic: "payments", Payload: []byte("p")})
 		_, err := store.Enqueue(ctx, msgs...)
 		require.NoError(t, err)
 		seq++
@@ -109,6 +115,11 @@ func TestFaultBrokerOutage(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return other.Load() == int64(seq) }, 10*time.Second, 10*time.Millisecond,
 		"the other tenant's relay drains during the outage")
+	require.Eventually(t, func() bool { return broker.payments.Load() == int64(seq) }, 10*time.Second, 10*time.Millisecond,
+		"the relay's other topic drains during the outage")
+	broker.mu.Lock()
+	require.Empty(t, broker.accepted, "nothing of orders went out while its broker was down")
+	broker.mu.Unlock()
 	refused := broker.refused.Load()
 	broker.down.Store(false)
 	enqueue()
@@ -116,7 +127,7 @@ func TestFaultBrokerOutage(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := store.Stats(ctx)
 		require.NoError(t, err)
-		return st.Depth[leasing.StatusPublished] == int64(4*seq)
+		return st.Depth[leasing.StatusPublished] == int64(5*seq)
 	}, 30*time.Second, 20*time.Millisecond, "everything published once the broker is back")
 	st, err := store.Stats(ctx)
 	require.NoError(t, err)
