@@ -2,6 +2,7 @@ package processor
 
 import (
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -43,6 +44,12 @@ type Options struct {
 	// TenantID, when not empty, claims only that tenant's messages.
 	// UTF-8 without NUL.
 	TenantID string
+	// Topics, when not empty, makes a topic-scoped processor: it claims
+	// only messages of these topics (the outbox's Topic, the inbox's
+	// message Type), in FIFO order within them (leasing.ClaimRequest.Topics,
+	// with its limits). Run one processor per destination so that a
+	// destination that is down stalls only its own topics.
+	Topics []string
 	// BatchSize is the most messages one claim takes,
 	// 1..leasing.MaxBatchSize, and so the most leases one BatchHandler
 	// call receives (NewBatch). Defaults to 10.
@@ -123,6 +130,7 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	}
 	claim = leasing.ClaimRequest{
 		Owner: leasing.NewOwner(o.Owner), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID,
+		Topics: slices.Clone(o.Topics),
 	}
 	if err := claim.Validate(); err != nil {
 		return o, claim, err

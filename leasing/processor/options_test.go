@@ -91,6 +91,7 @@ func TestProcessorOptions(t *testing.T) {
 				"breaker max probe interval"},
 			"TenantWithNUL":          {mem, ok, processor.Options{TenantID: "t\x00"}, "tenant id"},
 			"TenantInvalidUTF8":      {mem, ok, processor.Options{TenantID: "\xff"}, "tenant id"},
+			"TopicEmpty":             {mem, ok, processor.Options{Topics: []string{""}}, "topics"},
 			"VacuumNegativeDeadRows": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DeadRows: -1}}, "vacuum dead rows"},
 			"VacuumNegativeInterval": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{CheckInterval: -time.Second}}, "vacuum check interval"},
 			"VacuumDutyCycleOverOne": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DutyCycle: 1.5}}, "vacuum duty cycle"},
