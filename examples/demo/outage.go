@@ -41,8 +41,23 @@ func runOutage(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg confi
 			msgs = append(msgs, leasing.NewMessage{Topic: "shipments", Type: fmt.Sprintf("event-%d", event), OrderingKey: key})
 		}
 	}
-	if _, err := store.Enqueue(ctx, msgs...); err != nil {
+	enqueued, err := store.Enqueue(ctx, msgs...)
+	if err != nil {
 		return nil, err
+	}
+	// count returns how many of the demo's messages match.
+	count := func(match func(leasing.Row) bool) (int, error) {
+		n := 0
+		for _, id := range enqueued.IDs {
+			row, err := store.Get(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			if match(row) {
+				n++
+			}
+		}
+		return n, nil
 	}
 
 	var (
@@ -95,7 +110,7 @@ func runOutage(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg confi
 	deadline := time.Now().Add(30 * time.Second)
 	var left int
 	for time.Now().Before(deadline) {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_messages WHERE topic = 'shipments' AND status <> 'published'").Scan(&left); err != nil {
+		if left, err = count(func(r leasing.Row) bool { return r.Status != leasing.StatusPublished }); err != nil {
 			stop()
 			return nil, err
 		}
@@ -110,15 +125,15 @@ func runOutage(ctx context.Context, out io.Writer, pool *pgxpool.Pool, cfg confi
 	}
 
 	var problems []string
-	var dead int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_messages WHERE topic = 'shipments' AND status = 'dead_lettered'").Scan(&dead); err != nil {
+	dead, err := count(func(r leasing.Row) bool { return r.Status == leasing.StatusDeadLettered })
+	if err != nil {
 		return nil, err
 	}
 	if dead > 0 || left > 0 {
 		problems = append(problems, fmt.Sprintf("%d messages dead-lettered, %d not published", dead, left))
 	}
-	var spent int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_messages WHERE topic = 'shipments' AND attempt_count > 1").Scan(&spent); err != nil {
+	spent, err := count(func(r leasing.Row) bool { return r.AttemptCount > 1 })
+	if err != nil {
 		return nil, err
 	}
 	if spent > 0 {
