@@ -309,6 +309,8 @@ func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res 
 		count(e.m.failed, done)
 	case writeDeadLetter:
 		count(e.m.deadLettered, done)
+	case writeReleaseAfter:
+		count(e.m.released, done)
 	}
 }
 
@@ -325,8 +327,9 @@ func (e *events) writeGaveUp(kind writeKind, g []pendingWrite, err error) {
 		slog.Int("count", len(g)), slog.Any("message_ids", ids), errAttr(err))
 }
 
-// logWritten logs each dead letter (warn) and failure (debug) res reports
-// applied, and each outcome the fence refused (warn).
+// logWritten logs each dead letter (error), each failure and each
+// release by a verdict (warn: once per message and attempt, as the write
+// is applied once), and each outcome the fence refused (warn).
 func (e *events) logWritten(kind writeKind, g []pendingWrite, res leasing.WriteResult) {
 	for i, o := range res.Outcomes {
 		if i >= len(g) {
@@ -340,12 +343,30 @@ func (e *events) logWritten(kind writeKind, g []pendingWrite, res leasing.WriteR
 		case o.Outcome != leasing.OutcomeApplied:
 			// already applied by this lease: logged when it was
 		case kind == writeDeadLetter:
-			e.log.log(slog.LevelWarn, "message dead-lettered", leaseAttrs(f.Lease, slog.String(LogKeyError, f.Error))...)
-		case kind == writeFail && e.log.enabled(slog.LevelDebug):
-			e.log.log(slog.LevelDebug, "attempt failed; retry scheduled", leaseAttrs(f.Lease,
+			e.log.log(slog.LevelError, "message dead-lettered", leaseAttrs(f.Lease,
+				slog.String(LogKeyVerdict, g[i].verdict.String()), slog.String(LogKeyError, f.Error))...)
+		case kind == writeFail:
+			e.log.log(slog.LevelWarn, "attempt failed; retry scheduled", leaseAttrs(f.Lease,
 				slog.Duration("retry_after", f.RetryAfter), slog.String(LogKeyError, f.Error))...)
+		case kind == writeReleaseAfter:
+			e.log.log(slog.LevelWarn, "attempt failed; released without spending it", leaseAttrs(f.Lease,
+				slog.String(LogKeyVerdict, g[i].verdict.String()), slog.Duration("retry_after", f.RetryAfter),
+				slog.String(LogKeyError, f.Error))...)
 		}
 	}
+}
+
+// breakerChanged records the breaker of topic entering state, after
+// unavailable consecutive Unavailable verdicts when it opens: gauge,
+// transition counter and a warn record.
+func (e *events) breakerChanged(topic string, state BreakerState, unavailable int) {
+	e.m.observeBreaker(topic, state)
+	if state == BreakerOpen {
+		e.log.log(slog.LevelWarn, "breaker opened: claims of the topic stop, one message probes the destination",
+			slog.String(LogKeyTopic, topic), slog.Int("unavailable", unavailable))
+		return
+	}
+	e.log.log(slog.LevelWarn, "breaker closed: the destination answered, claims resume", slog.String(LogKeyTopic, topic))
 }
 
 // callAttrs are the log attributes of the leases of one handler call:

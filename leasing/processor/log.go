@@ -20,6 +20,8 @@ const (
 	LogKeyGeneration = "generation" // the lease's generation (fencing token)
 	LogKeyError      = "error"      // the error, or the error text written with an outcome
 	LogKeyChannel    = "channel"    // a leasing.Listener's NOTIFY channel
+	LogKeyVerdict    = "verdict"    // the handler's Verdict on its error: retry, permanent, retry_after, unavailable
+	LogKeyTopic      = "topic"      // a breaker's topic (outbox) or message type (inbox)
 )
 
 // logger writes the structured events of a processor to l;

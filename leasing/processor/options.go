@@ -2,6 +2,7 @@ package processor
 
 import (
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,12 @@ type Options struct {
 	// TenantID, when not empty, claims only that tenant's messages.
 	// UTF-8 without NUL.
 	TenantID string
+	// Topics, when not empty, makes a topic-scoped processor: it claims
+	// only messages of these topics (the outbox's Topic, the inbox's
+	// message Type), in FIFO order within them (leasing.ClaimRequest.Topics,
+	// with its limits). Run one processor per destination so that a
+	// destination that is down stalls only its own topics.
+	Topics []string
 	// BatchSize is the most messages one claim takes,
 	// 1..leasing.MaxBatchSize, and so the most leases one BatchHandler
 	// call receives (NewBatch). Defaults to 10.
@@ -133,6 +140,10 @@ type Options struct {
 	// leasectl purge. On the inbox Retention.Finished is the dedup window
 	// (docs/operations.md, Retention).
 	Retention leasing.RetentionPolicy
+	// Breaker is the policy of the breaker that stops claims while
+	// handlers report their destination Unavailable (docs/processor.md,
+	// Outages). The zero value is on, with the defaults.
+	Breaker BreakerPolicy
 }
 
 // instanceLabel returns the owner label of a processor with an
@@ -166,6 +177,7 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	}
 	claim = leasing.ClaimRequest{
 		Owner: leasing.NewOwner(label), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID,
+		Topics: slices.Clone(o.Topics),
 	}
 	if err := claim.Validate(); err != nil {
 		return o, claim, err
@@ -199,6 +211,9 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 		}
 	}
 	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
+		return o, claim, err
+	}
+	if o.Breaker, err = o.Breaker.resolve(); err != nil {
 		return o, claim, err
 	}
 	o.RetryPolicy = o.RetryPolicy.withDefaults()

@@ -25,6 +25,9 @@ type Store interface {
 	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
 	// Release gives leases back, due at once, their attempt returned.
 	Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
+	// ReleaseAfter gives leases back with their attempt returned, due
+	// again after each RetryAfter, with each Error as the last error.
+	ReleaseAfter(ctx context.Context, failures ...leasing.Failure) (leasing.WriteResult, error)
 	// ReleaseOrphans releases the rows leased to owner whose leases have
 	// not expired and whose ids are not in held.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
@@ -86,6 +89,7 @@ type Processor struct {
 	batch        BatchHandler // NewBatch's; nil for New's
 	opts         Options      // resolved: no zero fields left
 	ev           *events
+	breaker      *breaker
 	claimRequest leasing.ClaimRequest // what every claim sends, checked by New
 	wrote        chan struct{}        // capacity 1: rows written since the vacuum policy last looked
 
@@ -147,6 +151,7 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if err := p.prepareDirect(); err != nil {
 		return nil, err
 	}
+	p.breaker = newBreaker(opts.Breaker, opts.RetryPolicy, store.Queue(), p.ev)
 	return p, nil
 }
 
@@ -227,6 +232,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer p.startRetention(base)()
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
+	p.breaker.wake = func() { r.claimEarly(0) }
 	r.loop(ctx)
 	p.ev.health.set(StateStopping, nil)
 	stopVacuum() // frees its pool connection for the shutdown's writes
