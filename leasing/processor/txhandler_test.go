@@ -139,6 +139,23 @@ func TestTxHandler(t *testing.T) {
 		require.Equal(t, 4, row.AttemptCount)
 	})
 
+	t.Run("a verdict counts as for a Handler", func(t *testing.T) {
+		t.Parallel()
+		b := setupTx(t)
+		id := b.enqueue(t, 1)[0]
+		b.run(t, func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error {
+			if err := effect(ctx, tx, lease); err != nil {
+				return err
+			}
+			return processor.Permanent(errors.New("unknown account"))
+		}, processor.Options{RetryPolicy: processor.RetryPolicy{MaxAttempts: 5}})
+		waitFor(t, statusIs(b.inbox, id, leasing.StatusDeadLettered), "dead-lettered at the first attempt")
+		require.Empty(t, b.effects(t, id), "rolled back")
+		row, err := b.inbox.Get(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, 1, row.AttemptCount)
+	})
+
 	t.Run("a lease lost before the commit rolls the effect back", func(t *testing.T) {
 		t.Parallel()
 		b := setupTx(t)
