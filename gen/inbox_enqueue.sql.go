@@ -112,6 +112,72 @@ type InboxEnqueueCopyParams struct {
 	Status         string
 }
 
+const inboxEnqueueDuplicates = `-- name: InboxEnqueueDuplicates :many
+SELECT s.position, s.stored_id
+FROM (
+    SELECT i.position::int AS position,
+           coalesce(
+               (SELECT d.message_id FROM inbox_messages AS d WHERE d.message_id = i.message_id),
+               CASE WHEN i.idempotency_key = '' THEN NULL
+                    WHEN i.tenant_id = ''
+                    THEN (SELECT d.message_id FROM inbox_messages AS d
+                          WHERE d.tenant_id IS NULL AND d.idempotency_key = i.idempotency_key)
+                    ELSE (SELECT d.message_id FROM inbox_messages AS d
+                          WHERE d.tenant_id = i.tenant_id AND d.idempotency_key = i.idempotency_key)
+               END
+           )::uuid AS stored_id
+    FROM (
+        SELECT u.message_id, u.tenant_id, u.idempotency_key, row_number() OVER () AS position
+        FROM (
+            SELECT unnest(($1::text[])::uuid[]) AS message_id,
+                   unnest($2::text[]) AS tenant_id,
+                   unnest($3::text[]) AS idempotency_key
+        ) AS u
+    ) AS i
+) AS s
+WHERE s.stored_id IS NOT NULL
+ORDER BY s.position
+`
+
+type InboxEnqueueDuplicatesParams struct {
+	MessageIds      []string
+	TenantIds       []string
+	IdempotencyKeys []string
+}
+
+type InboxEnqueueDuplicatesRow struct {
+	Position int32
+	StoredID uuid.UUID
+}
+
+// InboxEnqueueDuplicates returns, for each message an enqueue skipped as
+// already present (message_ids[i], tenant_ids[i], idempotency_keys[i];
+// empty strings mean NULL), its position in these arrays (from 1) and the
+// message_id of the stored row it duplicates: the row of its message_id,
+// else the row of its tenant and idempotency key. A message with neither
+// (purged since) is left out. The store sends it only when an enqueue
+// skipped some messages, in the enqueue's transaction (EnqueueTx) or after
+// it committed: one or two index probes per skipped message.
+func (q *Queries) InboxEnqueueDuplicates(ctx context.Context, db DBTX, arg InboxEnqueueDuplicatesParams) ([]InboxEnqueueDuplicatesRow, error) {
+	rows, err := db.Query(ctx, inboxEnqueueDuplicates, arg.MessageIds, arg.TenantIds, arg.IdempotencyKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxEnqueueDuplicatesRow{}
+	for rows.Next() {
+		var i InboxEnqueueDuplicatesRow
+		if err := rows.Scan(&i.Position, &i.StoredID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxEnqueueOrder = `-- name: InboxEnqueueOrder :one
 WITH fresh AS (
     SELECT m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key,

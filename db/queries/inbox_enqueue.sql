@@ -174,3 +174,37 @@ ORDER BY nullif(i.tenant_id, ''), nullif(i.idempotency_key, ''),
          CASE WHEN nullif(i.idempotency_key, '') IS NOT NULL THEN i.position END, i.message_id
 ON CONFLICT DO NOTHING
 RETURNING message_id;
+
+-- InboxEnqueueDuplicates returns, for each message an enqueue skipped as
+-- already present (message_ids[i], tenant_ids[i], idempotency_keys[i];
+-- empty strings mean NULL), its position in these arrays (from 1) and the
+-- message_id of the stored row it duplicates: the row of its message_id,
+-- else the row of its tenant and idempotency key. A message with neither
+-- (purged since) is left out. The store sends it only when an enqueue
+-- skipped some messages, in the enqueue's transaction (EnqueueTx) or after
+-- it committed: one or two index probes per skipped message.
+-- name: InboxEnqueueDuplicates :many
+SELECT s.position, s.stored_id
+FROM (
+    SELECT i.position::int AS position,
+           coalesce(
+               (SELECT d.message_id FROM inbox_messages AS d WHERE d.message_id = i.message_id),
+               CASE WHEN i.idempotency_key = '' THEN NULL
+                    WHEN i.tenant_id = ''
+                    THEN (SELECT d.message_id FROM inbox_messages AS d
+                          WHERE d.tenant_id IS NULL AND d.idempotency_key = i.idempotency_key)
+                    ELSE (SELECT d.message_id FROM inbox_messages AS d
+                          WHERE d.tenant_id = i.tenant_id AND d.idempotency_key = i.idempotency_key)
+               END
+           )::uuid AS stored_id
+    FROM (
+        SELECT u.*, row_number() OVER () AS position
+        FROM (
+            SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
+                   unnest(@tenant_ids::text[]) AS tenant_id,
+                   unnest(@idempotency_keys::text[]) AS idempotency_key
+        ) AS u
+    ) AS i
+) AS s
+WHERE s.stored_id IS NOT NULL
+ORDER BY s.position;
