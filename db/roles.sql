@@ -94,10 +94,16 @@ GRANT INSERT, UPDATE ON leasestore_queue_settings TO leasestore_operator;
 GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
 
 -- Pauses (migration 00015): every claim reads them; only an operator
--- pauses (INSERT) and resumes (DELETE).
-REVOKE ALL ON leasestore_paused FROM leasestore_processor, leasestore_operator;
-GRANT SELECT ON leasestore_paused TO leasestore_processor;
-GRANT INSERT, DELETE ON leasestore_paused TO leasestore_operator;
+-- pauses (INSERT) and resumes (DELETE). Skipped on a schema before 00015.
+DO $paused$
+BEGIN
+    IF to_regclass('leasestore_paused') IS NOT NULL THEN
+        REVOKE ALL ON leasestore_paused FROM leasestore_processor, leasestore_operator;
+        GRANT SELECT ON leasestore_paused TO leasestore_processor;
+        GRANT INSERT, DELETE ON leasestore_paused TO leasestore_operator;
+    END IF;
+END
+$paused$;
 
 -- The work signal (migration 00014): the insert trigger's WHEN clause reads
 -- the signal's sequences as the inserting role. 00014 grants SELECT to
