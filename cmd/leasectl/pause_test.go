@@ -19,6 +19,14 @@ func TestPauseCommands(t *testing.T) {
 
 	out := requireOK(t, "pause", "--queue", "outbox", "--topic", "orders", "--by", "ops@box", "--database-url", url)
 	require.Contains(t, out, "outbox: topic orders paused by ops@box at ")
+	require.Contains(t, requireOK(t, "stats", "--queue", "outbox", "--database-url", url), "  paused          topic orders by ops@box at ")
+	var st map[string]struct {
+		Paused []struct{ Topic, By string } `json:"paused"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(requireOK(t, "stats", "--queue", "outbox", "--json", "--database-url", url)), &st))
+	require.Len(t, st["outbox"].Paused, 1)
+	require.Equal(t, "orders", st["outbox"].Paused[0].Topic)
+	require.Equal(t, "ops@box", st["outbox"].Paused[0].By)
 	var claimed struct {
 		Leases []struct{} `json:"leases"`
 	}
