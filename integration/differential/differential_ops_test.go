@@ -255,14 +255,20 @@ func (r *diffRun) failures(name string, retry bool) func(leasing.Store, []leasin
 		for i, l := range ls {
 			fs[i] = leasing.Failure{Lease: l, RetryAfter: delays[i], Error: texts[i]}
 		}
-		if name == "fail" {
+		switch name {
+		case "fail":
 			return s.Fail(r.ctx, fs...)
+		case "release-after":
+			return s.ReleaseAfter(r.ctx, fs...)
 		}
 		return s.DeadLetter(r.ctx, fs...)
 	}
 }
 
 func (r *diffRun) fail(q leasing.Queue) { r.write(q, "fail", r.failures("fail", true)) }
+func (r *diffRun) releaseAfter(q leasing.Queue) {
+	r.write(q, "release-after", r.failures("release-after", true))
+}
 func (r *diffRun) deadLetter(q leasing.Queue) {
 	r.write(q, "dead-letter", r.failures("dead-letter", false))
 }

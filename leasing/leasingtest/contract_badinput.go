@@ -79,12 +79,21 @@ func badInput(t *testing.T, b *bundle) {
 		"renew duplicate lease": func() error { _, err := b.store.Renew(b.ctx, lease, held, held); return err },
 		"release nil":           func() error { _, err := b.store.Release(b.ctx, nil...); return err },
 		"release other queue":   func() error { _, err := b.store.Release(b.ctx, fromOther); return err },
-		"complete unclaimed":    func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
-		"complete other queue":  func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
-		"fail negative delay":   func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
-		"fail none":             func() error { _, err := b.store.Fail(b.ctx); return err },
-		"dead-letter other":     func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
-		"enqueue none":          func() error { _, err := b.store.Enqueue(b.ctx); return err },
+		"release after none":    func() error { _, err := b.store.ReleaseAfter(b.ctx); return err },
+		"release after negative delay": func() error {
+			_, err := b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1})
+			return err
+		},
+		"release after too long": func() error {
+			_, err := b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: held, RetryAfter: leasing.MaxDelay + time.Second})
+			return err
+		},
+		"complete unclaimed":   func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
+		"complete other queue": func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
+		"fail negative delay":  func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
+		"fail none":            func() error { _, err := b.store.Fail(b.ctx); return err },
+		"dead-letter other":    func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
+		"enqueue none":         func() error { _, err := b.store.Enqueue(b.ctx); return err },
 		"enqueue payload too big": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes+1)})
 			return err
