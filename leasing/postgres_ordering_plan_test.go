@@ -222,3 +222,42 @@ func TestEnqueueOrderLinear(t *testing.T) {
 		})
 	}
 }
+
+// TestRequeueKeyedLinear: Requeue of 4,000 keyed dead letters over 2,000
+// keys, half of which still have a line, rejoins them at a cost in
+// proportion to the rows, on the custom and the generic plan (the
+// statement shares the placing of rows in key lines with EnqueueOrder).
+func TestRequeueKeyedLinear(t *testing.T) {
+	t.Parallel()
+	const messages, keys = 4_000, 2_000
+	q := queues[0]
+	conn := connect(t)
+	ctx := t.Context()
+	seedKeyed(t, conn, q, q.inFlight, 0, keys/2-1, keys/2)
+	_, err := conn.Exec(ctx, `
+		INSERT INTO inbox_ordering_keys (tenant_id, ordering_key, last_seq, head_id, head_since)
+		SELECT '', ordering_key, 1, message_id, now() FROM inbox_messages WHERE ordering_key IS NOT NULL`)
+	require.NoError(t, err)
+	var ids string
+	require.NoError(t, conn.QueryRow(ctx, `
+		WITH dead AS (
+		    INSERT INTO inbox_messages (message_id, payload, created_at, visible_after, status,
+		                                dead_lettered_at, last_error, ordering_key, key_seq)
+		    SELECT gen_random_uuid(), '\x01', now(), now(), 'dead_lettered', now(), 'e',
+		           'key-' || (g % $2::int), 100 + g
+		    FROM generate_series(1, $1::int) AS g
+		    RETURNING message_id)
+		SELECT array_agg(message_id)::text FROM dead`, messages, keys).Scan(&ids))
+	analyze(t, conn, q)
+	sql := generatedSQL(t, q.genFile, "inboxRequeue")
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		root := explainMaintenance(t, conn, sql, mode, map[uint32]string{
+			pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL",
+		})
+		require.Equal(t, float64(messages), root.ActualRows, mode)
+		rows, bufs := rowsProcessed(root)/messages, float64(buffers(root))/messages
+		t.Logf("%s: %.1f rows and %.1f buffers per message", mode, rows, bufs)
+		require.LessOrEqual(t, rows, 40.0, "%s: rows visited per message: %s", mode, mustJSON(root))
+		require.LessOrEqual(t, bufs, 40.0, "%s: buffers per message: %s", mode, mustJSON(root))
+	}
+}
