@@ -12,6 +12,63 @@ import (
 	"github.com/google/uuid"
 )
 
+const inboxExpirePrevious = `-- name: InboxExpirePrevious :many
+WITH previous AS (
+    SELECT message_id
+    FROM inbox_messages
+    WHERE status = 'processing'
+      AND lease_expires_at > coalesce($1::timestamptz, statement_timestamp())
+      AND char_length(lease_owner) = char_length($2::text) + 13
+      AND left(lease_owner, char_length($2::text) + 1) = $2::text || '-'
+      AND lease_owner <> $3::text
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE inbox_messages AS m
+    SET lease_expires_at = coalesce($1::timestamptz, statement_timestamp())
+    FROM previous
+    WHERE m.message_id = previous.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM expired ORDER BY message_id
+`
+
+type InboxExpirePreviousParams struct {
+	Now        *time.Time
+	OwnerLabel string
+	LeaseOwner string
+}
+
+// InboxExpirePrevious ends now every unexpired lease of a processing
+// inbox row whose lease_owner leasing.NewOwner made from owner_label
+// (the label, "-" and 12 hex digits) and that is not lease_owner: the leases
+// of a crashed earlier incarnation of a processor instance. The rows stay
+// processing, with their lease owner and generation, and become claimable
+// as expired leases: the next claim reclaims them, counts their attempt
+// (the handler may have run before the crash) and appends the expired
+// entry, as after any expiry. Fenced writes of the old lease still match
+// owner and generation until that claim. Rows locked by others are
+// skipped. Returns the expired message_ids in message_id order.
+func (q *Queries) InboxExpirePrevious(ctx context.Context, db DBTX, arg InboxExpirePreviousParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, inboxExpirePrevious, arg.Now, arg.OwnerLabel, arg.LeaseOwner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxRelease = `-- name: InboxRelease :many
 WITH input AS (
     SELECT unnest(($2::text[])::uuid[]) AS message_id,

@@ -96,6 +96,36 @@ WITH orphans AS (
 )
 SELECT message_id FROM released ORDER BY message_id;
 
+-- OutboxExpirePrevious ends now every unexpired lease of a publishing
+-- outbox row whose lease_owner leasing.NewOwner made from owner_label
+-- (the label, "-" and 12 hex digits) and that is not lease_owner: the leases
+-- of a crashed earlier incarnation of a processor instance. The rows stay
+-- publishing, with their lease owner and generation, and become claimable
+-- as expired leases: the next claim reclaims them, counts their attempt
+-- (the handler may have run before the crash) and appends the expired
+-- entry, as after any expiry. Fenced writes of the old lease still match
+-- owner and generation until that claim. Rows locked by others are
+-- skipped. Returns the expired message_ids in message_id order.
+-- name: OutboxExpirePrevious :many
+WITH previous AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      AND char_length(lease_owner) = char_length(@owner_label::text) + 13
+      AND left(lease_owner, char_length(@owner_label::text) + 1) = @owner_label::text || '-'
+      AND lease_owner <> @lease_owner::text
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE outbox_messages AS m
+    SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+    FROM previous
+    WHERE m.message_id = previous.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM expired ORDER BY message_id;
+
 -- OutboxRenew extends lease_expires_at to now + lease_for for each
 -- (message_id, lease_generation) still leased to lease_owner whose lease has
 -- not expired. Returns the renewed rows with their new expiry, in

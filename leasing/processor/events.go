@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -26,6 +27,7 @@ type events struct {
 	claim   leasing.ClaimRequest
 	batch   bool          // NewBatch: log a call's leases by count and ids
 	timeout time.Duration // Options.HandlerTimeout
+	health  *health       // what Processor.Health reports
 }
 
 func newEvents(opts Options, q leasing.Queue, claim leasing.ClaimRequest, batch bool) (*events, error) {
@@ -36,6 +38,7 @@ func newEvents(opts Options, q leasing.Queue, claim leasing.ClaimRequest, batch 
 	return &events{
 		m: m, log: newLogger(opts.Logger, q, claim.Owner), t: newTracer(opts.TracerProvider, q, claim.Owner),
 		onError: opts.OnError, queue: q, claim: claim, batch: batch, timeout: opts.HandlerTimeout,
+		health: newHealth(q, claim.Owner),
 	}, nil
 }
 
@@ -77,6 +80,7 @@ func (e *events) claimed(base context.Context, sent time.Time, leases []leasing.
 		return base
 	}
 	count(e.m.acquired, len(leases))
+	e.health.claimed()
 	return e.t.claimed(base, sent, e.claim, leases, parked, nil)
 }
 
@@ -84,6 +88,7 @@ func (e *events) claimed(base context.Context, sent time.Time, leases []leasing.
 // before the first claim, and returns the error Run returns.
 func (e *events) privilegesMissing(err error) error {
 	err = e.errorf("refuses to run", err)
+	e.health.set(StatePrivilegesRefused, err)
 	e.report(err)
 	e.log.log(slog.LevelError, "not running: the store's role lacks privileges", errAttr(err))
 	return err
@@ -91,8 +96,80 @@ func (e *events) privilegesMissing(err error) error {
 
 // privilegeCheckFailed records a privilege check that could not tell.
 func (e *events) privilegeCheckFailed(err error) {
+	e.health.set(StateStarting, err)
 	e.report(e.errorf("check privileges", err))
 	e.log.log(slog.LevelWarn, "privilege check failed; trying again before claiming", errAttr(err))
+}
+
+// schemaBehind records se, the schema check's finding that the database
+// lacks what this version needs: logged (error) and reported once per
+// finding, not at every check.
+func (e *events) schemaBehind(se *leasing.SchemaError) {
+	if !e.health.set(StateSchemaBehind, se) {
+		return
+	}
+	e.report(e.errorf("waits for the schema", se))
+	e.log.log(slog.LevelError, "not claiming: the database schema is behind this version; run leasectl migrate up (or db.MigrateUp)", errAttr(se))
+}
+
+// running records that the processor claims: the start checks passed.
+func (e *events) running() {
+	was := e.health.get().State
+	if e.health.set(StateRunning, nil) && was == StateSchemaBehind {
+		e.log.log(slog.LevelInfo, "the database schema is ready; claiming")
+	}
+}
+
+// instanceRefused records err, a *leasing.InstanceInUseError, and returns
+// the error Run returns.
+func (e *events) instanceRefused(err error) error {
+	err = e.errorf("refuses to run", err)
+	e.health.set(StateInstanceInUse, err)
+	e.report(err)
+	e.log.log(slog.LevelError, "not running: another live process holds this instance id", errAttr(err))
+	return err
+}
+
+// instanceStepFailed records a failed try of an instance step (what:
+// "lock instance", "expire previous leases"), tried again.
+func (e *events) instanceStepFailed(what string, err error) {
+	if se := schemaBehind(err); se != nil {
+		e.schemaBehind(se)
+		return
+	}
+	e.health.set(StateStarting, err)
+	e.report(e.errorf(what, err))
+	e.log.log(slog.LevelWarn, what+" failed; trying again", errAttr(err))
+}
+
+// tookOver records the leases of earlier incarnations that ExpirePrevious
+// ended, for the next claims to reclaim.
+func (e *events) tookOver(ids []uuid.UUID) {
+	if len(ids) > 0 {
+		e.log.log(slog.LevelInfo, "ended the leases of an earlier incarnation of this instance; reclaiming them", slog.Int("leases", len(ids)))
+	}
+}
+
+// instanceLockLost records that the instance lock's session ended (err);
+// the processor goes on and takes the lock again.
+func (e *events) instanceLockLost(err error) {
+	e.report(e.errorf("instance lock", err))
+	e.log.log(slog.LevelWarn, "instance lock lost; taking it again", errAttr(err))
+}
+
+// listenerFailed records an error of the processor's own Listener.
+func (e *events) listenerFailed(err error) {
+	e.health.listener(err)
+	e.report(e.errorf("listener", err))
+}
+
+// vacuumFailed reports a failed VacuumIfDead to OnError, but
+// leasing.ErrVacuumNotAllowed: a least-privilege role (db/roles.sql before
+// PostgreSQL 17) may not vacuum, which the vacuumer logs once at info.
+func (e *events) vacuumFailed(err error) {
+	if !errors.Is(err, leasing.ErrVacuumNotAllowed) {
+		e.report(err)
+	}
 }
 
 // sweepFailed records a failed orphan sweep.
@@ -217,6 +294,7 @@ func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res 
 		return
 	}
 	e.logWritten(kind, g, res)
+	e.health.wrote()
 	done := 0
 	for _, o := range res.Outcomes {
 		if o.Outcome.Succeeded() {

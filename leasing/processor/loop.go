@@ -201,12 +201,19 @@ func (r *run) checkPrivileges() bool {
 		case errors.As(err, &pe):
 			p.refuse(p.ev.privilegesMissing(err))
 			return false
+		case schemaBehind(err) != nil:
+			p.ev.schemaBehind(schemaBehind(err))
+			if p.opts.FailOnSchemaBehind {
+				p.refuse(err)
+			}
+			return false
 		case err != nil:
 			p.ev.privilegeCheckFailed(err)
 			return false
 		}
 	}
 	r.allowed = true
+	p.ev.running()
 	return true
 }
 
