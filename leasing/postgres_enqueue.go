@@ -22,7 +22,9 @@ func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResu
 
 // EnqueueTx is Enqueue inside the caller's transaction tx, so that messages
 // commit or roll back with the business change that produced them: the
-// transactional outbox. One INSERT statement for the whole batch. Begin tx
+// transactional outbox. One INSERT statement for the whole batch, and for
+// keyed messages a second that places them in their keys' lines, sent
+// with it in one round trip. Begin tx
 // on the store's pool or any connection to the same database, e.g. with
 // pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ... }).
 //
@@ -78,6 +80,8 @@ func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (r
 		steps = append(steps, bind(s.q.enqueueOrder, gen.InboxEnqueueOrderParams{MessageIds: idTexts(c.ids), Now: c.now}))
 	}
 	switch {
+	case tx != nil && c.keyed:
+		err = sendIn(ctx, tx, steps...)
 	case tx != nil:
 		err = runIn(ctx, tx, steps...)
 	case c.keyed:
