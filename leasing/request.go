@@ -57,7 +57,7 @@ type ClaimRequest struct {
 	// MaxTopicBytes bytes of UTF-8 without NUL, none twice, at most
 	// MaxClaimTopics; messages of the empty topic (or type) are claimed
 	// only by a claim without Topics. A claim reads each topic's due rows
-	// through its own index (db migration 00020): its cost grows with
+	// through its own index (db migration 00016): its cost grows with
 	// len(Topics) x BatchSize, not with other topics' backlog.
 	Topics []string
 	// ExceptTopics claims no message of these topics (types on the inbox),
