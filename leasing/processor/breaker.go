@@ -113,6 +113,21 @@ var errBreakerOpen = errors.New("processor: breaker open")
 // openings returns how many times a circuit opened.
 func (b *breaker) openings() int64 { return b.opened.Load() }
 
+// openTopics returns the topics whose circuit is open, sorted; nil when
+// none is.
+func (b *breaker) openTopics() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var open []string
+	for topic, c := range b.circuits {
+		if c.state == BreakerOpen {
+			open = append(open, topic)
+		}
+	}
+	slices.Sort(open)
+	return open
+}
+
 // circuit is the state of one topic's breaker.
 type circuit struct {
 	unavailable int          // consecutive Unavailable verdicts

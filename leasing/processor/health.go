@@ -81,6 +81,11 @@ type Health struct {
 	// (Options.DirectConfig), empty when it has none. The processor then
 	// claims every PollInterval: it stays ready.
 	ListenerError string `json:"listener_error,omitempty"`
+	// OpenBreakers lists, sorted, the topics (outbox Topic, inbox Type;
+	// "" for messages without one) whose breaker is open: their
+	// destination reported Unavailable and only probes are claimed. The
+	// processor stays ready: it claims its other topics.
+	OpenBreakers []string `json:"open_breakers,omitempty"`
 }
 
 // health holds a processor's Health; its methods are safe for concurrent
@@ -152,7 +157,11 @@ func (h *health) get() Health {
 
 // Health returns the processor's state now. Safe for concurrent use, also
 // before Run and after it returned.
-func (p *Processor) Health() Health { return p.ev.health.get() }
+func (p *Processor) Health() Health {
+	h := p.ev.health.get()
+	h.OpenBreakers = p.breaker.openTopics()
+	return h
+}
 
 // HealthHandler returns an http.Handler that answers a platform's probes
 // from the health of ps, each GET or HEAD whose path ends in:

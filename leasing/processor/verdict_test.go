@@ -109,7 +109,7 @@ func TestProcessorBreaker(t *testing.T) {
 	}
 	rec := logtest.New(slog.LevelWarn)
 	var calls atomic.Int32
-	b.start(t, store, func(context.Context, leasing.Lease) error {
+	r := b.start(t, store, func(context.Context, leasing.Lease) error {
 		calls.Add(1)
 		if down.Load() {
 			return processor.Unavailable(errors.New("no responders"))
@@ -152,6 +152,9 @@ func TestProcessorBreaker(t *testing.T) {
 	require.Len(t, opened, 1)
 	require.Equal(t, slog.LevelWarn, opened[0].Level)
 	require.Equal(t, []float64{1}, values(b.meter.Records(processor.MetricName(leasing.Outbox, "processor.breaker_state"))))
+	h := r.p.Health()
+	require.Equal(t, []string{"orders"}, h.OpenBreakers, "health names the open topic")
+	require.True(t, h.Ready, "an open breaker leaves the processor ready")
 
 	down.Store(false)
 	b.clock.Advance(time.Hour)
@@ -162,6 +165,7 @@ func TestProcessorBreaker(t *testing.T) {
 	require.EqualValues(t, 2, b.counter("processor.breaker_transitions"), "opened, then closed")
 	require.Len(t, rec.Find("breaker closed: the destination answered, claims resume"), 1)
 	require.Equal(t, []float64{1, 0}, values(b.meter.Records(processor.MetricName(leasing.Outbox, "processor.breaker_state"))))
+	require.Empty(t, r.p.Health().OpenBreakers, "closed")
 }
 
 // values returns the values of points, in order.
