@@ -228,17 +228,20 @@ func (l *Listener) newMetrics() error {
 	}
 	l.metrics.reconnects = counter("reconnects", "{connection}", "Listener connections lost; each is followed by a reconnect.")
 	l.metrics.heartbeatFailures = counter("heartbeat_failures", "{probe}", "Heartbeat probes not answered within the heartbeat timeout.")
-	_, err := m.Int64ObservableGauge(name("healthy"), metric.WithUnit("1"),
-		metric.WithDescription("1 while the listener LISTENs and was heard from within its heartbeat bound, else 0."),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+	healthy, err := m.Int64ObservableGauge(name("healthy"), metric.WithUnit("1"),
+		metric.WithDescription("1 while the listener LISTENs and was heard from within its heartbeat bound, else 0."))
+	errs = append(errs, err)
+	if err == nil {
+		_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			v := int64(0)
 			if l.Healthy() {
 				v = 1
 			}
-			o.Observe(v)
+			o.ObserveInt64(healthy, v)
 			return nil
-		}))
-	errs = append(errs, err)
+		}, healthy)
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("leasing: listener metrics: %w", err)
 	}

@@ -201,7 +201,6 @@ func syncDrain(t *testing.T, target int, viaProxy bool) {
 	rec := led.recovery()
 	t.Logf("first success after the primary stopped:%s", formatRecovery(rec))
 
-
 	led.mu.Lock()
 	defer led.mu.Unlock()
 	lost, notTerminal := 0, 0

@@ -2,6 +2,7 @@ package failover_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -47,6 +48,17 @@ func newMessages(q leasing.Queue, tenant string, n int) []leasing.NewMessage {
 		}
 	}
 	return msgs
+}
+
+// retryUnavailable calls fn again while it returns ErrUnavailable.
+func retryUnavailable(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if !errors.Is(err, leasing.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // rowState is what the promoted primary holds for one message.

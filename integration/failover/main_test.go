@@ -5,27 +5,17 @@
 package failover_test
 
 import (
-	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/leasestore/leasestore/integration/internal/pgcluster"
+	"github.com/leasestore/leasestore/internal/dbtest"
 )
 
-// TestMain fails the run when a goroutine outlives the tests and deletes
-// the cluster template once the tests ran.
+// TestMain fails the run when a goroutine outlives the tests, drops this
+// run's databases and roles (dbtest.Main), and stops the clusters and
+// deletes their directories when the run is interrupted (pgcluster.Main).
 func TestMain(m *testing.M) {
-	code := 0
-	func() {
-		defer pgcluster.Cleanup()
-		defer func() {
-			if err := goleak.Find(); err != nil && code == 0 {
-				os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-				code = 1
-			}
-		}()
-		code = m.Run()
-	}()
-	os.Exit(code)
+	goleak.VerifyTestMain(pgcluster.Main(dbtest.Main(m)))
 }

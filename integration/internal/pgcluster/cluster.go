@@ -25,11 +25,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +144,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		tb.Fatal(err)
 	}
 	c := &Cluster{tb: tb, bin: bin, root: root, mode: opts.Mode, running: map[*Node]bool{}}
+	live.Store(c, struct{}{})
 	tb.Cleanup(c.close)
 	c.Primary = &Node{Name: "primary", Port: freePort(tb), Dir: filepath.Join(root, "primary")}
 	c.Standby = &Node{Name: "standby", Port: freePort(tb), Dir: filepath.Join(root, "standby")}
@@ -232,20 +235,30 @@ func (c *Cluster) Failover(mode string) (primaryStopped time.Time) {
 	return stopped
 }
 
-// ReplayLSN returns what the standby received and replayed, as the primary
-// last saw it (pg_stat_replication), or "" when no standby streams.
-func (c *Cluster) ReplayLSN(ctx context.Context) (string, error) {
+// WaitReplayed waits until the standby replayed all the WAL the primary
+// wrote so far, as pg_stat_replication shows it.
+func (c *Cluster) WaitReplayed(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, c.Primary.URL())
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var lsn *string
-	err = conn.QueryRow(ctx, "SELECT max(replay_lsn)::text FROM pg_stat_replication").Scan(&lsn)
-	if err != nil || lsn == nil {
-		return "", err
+	var lsn string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return err
 	}
-	return *lsn, nil
+	for {
+		var done bool
+		err := conn.QueryRow(ctx, "SELECT coalesce(bool_or(replay_lsn >= $1::text::pg_lsn), false) FROM pg_stat_replication", lsn).Scan(&done)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // waitStreaming waits until the primary sees the standby streaming, and in
@@ -281,9 +294,9 @@ func (c *Cluster) startNode(n *Node) {
 	opts := strings.Join([]string{
 		"-c listen_addresses=127.0.0.1", "-c port=" + strconv.Itoa(n.Port), "-c unix_socket_directories=" + n.Dir,
 	}, " ")
-	err := c.run(c.tool("pg_ctl"), "-D", n.Dir, "-l", filepath.Join(n.Dir, "server.log"), "-w", "-t", "60", "-o", opts, "start")
+	err := c.run(c.tool("pg_ctl"), "-D", n.Dir, "-l", c.logFile(n), "-w", "-t", "60", "-o", opts, "start")
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(n.Dir, "server.log"))
+		log, _ := os.ReadFile(c.logFile(n))
 		c.tb.Fatalf("pgcluster: start the %s: %v\n%s", n.Name, err, log)
 	}
 	c.mu.Lock()
@@ -293,6 +306,7 @@ func (c *Cluster) startNode(n *Node) {
 
 // close stops every server still running and deletes the directory.
 func (c *Cluster) close() {
+	live.Delete(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for n, up := range c.running {
@@ -306,7 +320,7 @@ func (c *Cluster) close() {
 	if c.tb.Failed() {
 		for _, n := range []*Node{c.Primary, c.Standby} {
 			if n != nil {
-				if log, err := os.ReadFile(filepath.Join(n.Dir, "server.log")); err == nil {
+				if log, err := os.ReadFile(c.logFile(n)); err == nil {
 					c.tb.Logf("pgcluster: the %s's log:\n%s", n.Name, tail(log, 40))
 				}
 			}
@@ -316,6 +330,10 @@ func (c *Cluster) close() {
 		c.tb.Errorf("pgcluster: %v", err)
 	}
 }
+
+// logFile is n's server log, beside its data directory (pg_basebackup
+// would copy a log inside it).
+func (c *Cluster) logFile(n *Node) string { return filepath.Join(c.root, n.Name+".log") }
 
 func (c *Cluster) tool(name string) string { return filepath.Join(c.bin, name) }
 
@@ -391,12 +409,56 @@ var template = sync.OnceValues(func() (string, error) {
 	return dir, nil
 })
 
-// templates holds the template's directory for Cleanup.
-var templates sync.Map
+// templates holds the template's directory, and live the clusters not
+// closed yet, for Main.
+var (
+	templates sync.Map
+	live      sync.Map // *Cluster -> struct{}
+)
 
-// Cleanup deletes the template directory; call it from TestMain after the
-// tests ran.
-func Cleanup() {
+// M is what TestMain hands Main: a *testing.M, or a wrapper of one.
+type M interface{ Run() int }
+
+// Main wraps m so that its Run deletes the template directory after the
+// tests, and stops every cluster and deletes its directory when the
+// process receives SIGINT or SIGTERM (then dies of the signal). Use it as
+// goleak.VerifyTestMain(pgcluster.Main(m)).
+func Main(m M) M { return mainM{m} }
+
+type mainM struct{ m M }
+
+// Run runs the tests with the interrupt handler installed.
+func (w mainM) Run() int {
+	sigs := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer close(stopped)
+		select {
+		case sig := <-sigs:
+			live.Range(func(k, _ any) bool {
+				k.(*Cluster).close()
+				return true
+			})
+			removeTemplates()
+			signal.Reset(sig)
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = p.Signal(sig)
+			}
+		case <-done:
+		}
+	}()
+	defer func() {
+		signal.Stop(sigs)
+		close(done)
+		<-stopped
+		removeTemplates()
+	}()
+	return w.m.Run()
+}
+
+func removeTemplates() {
 	templates.Range(func(k, _ any) bool {
 		_ = os.RemoveAll(k.(string))
 		return true

@@ -17,6 +17,7 @@ type Proxy struct {
 	ln      net.Listener
 	mu      sync.Mutex
 	backend string
+	holdNew bool // black-hole new connections too
 	conns   map[*link]struct{}
 	wg      sync.WaitGroup
 }
@@ -83,6 +84,14 @@ func (p *Proxy) BlackHole() int {
 	return n
 }
 
+// HoldNew, when on, black-holes every connection from its start: the
+// proxy accepts it and forwards nothing, as a network partition does.
+func (p *Proxy) HoldNew(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdNew = on
+}
+
 // Close stops accepting and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
@@ -107,7 +116,7 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		backend := p.backend
+		backend, hold := p.backend, p.holdNew
 		p.mu.Unlock()
 		server, err := net.Dial("tcp", backend)
 		if err != nil {
@@ -115,6 +124,9 @@ func (p *Proxy) accept() {
 			continue
 		}
 		l := &link{client: client, server: server, held: make(chan struct{})}
+		if hold {
+			close(l.held)
+		}
 		p.mu.Lock()
 		p.conns[l] = struct{}{}
 		p.mu.Unlock()
@@ -141,15 +153,23 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				l.close()
+				p.drop(l)
 				return
 			}
 		}
 		if err != nil {
-			l.close()
+			p.drop(l)
 			return
 		}
 	}
+}
+
+// drop closes l and forgets it.
+func (p *Proxy) drop(l *link) {
+	p.mu.Lock()
+	delete(p.conns, l)
+	p.mu.Unlock()
+	l.close()
 }
 
 func (l *link) isHeld() bool {
