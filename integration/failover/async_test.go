@@ -33,6 +33,10 @@ func TestFailoverAsyncLoss(t *testing.T) {
 	defer cancel()
 	c := pgcluster.Start(t, pgcluster.Options{Mode: pgcluster.Async, ReplicationProxy: true})
 	stores := openStores(t, c.MultiHostURL())
+	repl, warnings := replicationWarnings(ctx, t, c.Primary.URL())
+	require.Equal(t, int64(1), repl.Standbys)
+	require.Len(t, warnings, 1, "doctor warns of an inbox on asynchronous replication")
+	require.Contains(t, warnings[0], "the inbox runs on asynchronous replication")
 	const firstN, secondN, claimN, completeN = 100, 50, 40, 20
 
 	type round struct {

@@ -65,6 +65,9 @@ func syncDrain(t *testing.T, target int, viaProxy bool) {
 	defer cancel()
 	c := pgcluster.Start(t, pgcluster.Options{Mode: pgcluster.Sync})
 	url := c.MultiHostURL()
+	repl, warnings := replicationWarnings(ctx, t, c.Primary.URL())
+	require.Equal(t, int64(1), repl.SynchronousStandbys)
+	require.Empty(t, warnings, "doctor finds the inbox's replication synchronous")
 	var proxy *pgcluster.Proxy
 	if viaProxy {
 		proxy = pgcluster.NewProxy(t, c.Primary.Addr())

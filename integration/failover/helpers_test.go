@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasestore/leasestore/internal/doctor"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -48,6 +50,24 @@ func newMessages(q leasing.Queue, tenant string, n int) []leasing.NewMessage {
 		}
 	}
 	return msgs
+}
+
+// replicationWarnings runs leasectl doctor's checks on url and returns its
+// warnings about replication (docs/high-availability.md).
+func replicationWarnings(ctx context.Context, t testing.TB, url string) (doctor.ReplicationReport, []string) {
+	t.Helper()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	rep, err := doctor.Check(ctx, pool, doctor.Options{})
+	require.NoError(t, err)
+	var out []string
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "replication") || strings.Contains(w, "synchronous") {
+			out = append(out, w)
+		}
+	}
+	return rep.Replication, out
 }
 
 // retryUnavailable calls fn again while it returns ErrUnavailable.
