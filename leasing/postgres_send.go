@@ -82,10 +82,12 @@ const deadlockRetries = 3
 // to the new primary: docs/high-availability.md). The error wraps the
 // driver's.
 //
-// A call that failed before its transaction could commit (no connection,
-// or the server refused a statement) was sent again unavailableRetries
-// times, over about UnavailableRetryWait, before it returned this error;
-// nothing changed. A call whose connection broke after it was sent may
+// A call that could not commit (no connection, nothing sent, or a write
+// refused with 25006) was sent again unavailableRetries times, over about
+// UnavailableRetryWait, before it returned this error; nothing changed. A
+// call whose session ended (57P01, 57P02) returns at once: when a
+// statement's result carried the error nothing committed, but
+// pg_terminate_backend ends sessions with 57P01 too. A call whose connection broke after it was sent may
 // have committed, as any call whose reply was lost (see Store): a retried
 // write then reports OutcomeAlreadyApplied. Retry after a pause; a
 // failover takes seconds.
@@ -139,9 +141,8 @@ func (s *Postgres) send(ctx context.Context, class callClass, steps ...step) err
 // sendPooled is one try of send on a connection of s's pool. It discards
 // a connection that reached a read-only server (the pool destroys a closed
 // connection on release), and maps a broken connection to ErrUnavailable.
-// uncommitted reports that the call cannot have committed: no connection,
-// or a statement's own error (the batch's transaction commits only after
-// its last statement).
+// uncommitted reports that the call cannot have committed and may be sent
+// again: no connection, nothing sent, or a write refused as read-only.
 func (s *Postgres) sendPooled(ctx context.Context, class callClass, steps []step) (uncommitted bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -166,10 +167,13 @@ func (s *Postgres) sendPooled(ctx context.Context, class callClass, steps []step
 	case ctx.Err() == nil && conn.Conn().IsClosed() && !errors.Is(err, ErrUnavailable):
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	// Each step's result was read, so the error came from the commit or
-	// after it: it may have committed.
-	stepFailed := replayed < len(steps)+2 && errors.As(err, &pgErr)
-	return stepFailed || pgconn.SafeToRetry(err), err
+	// A refused write (25006) is a statement's error: the batch's
+	// transaction, which commits after its last statement, rolled back. A
+	// session ended by 57P01 did not commit either when a statement's
+	// result carried it, but pg_terminate_backend ends sessions with it
+	// too: an operator's kill is reported, not sent again.
+	refused := replayed < len(steps)+2 && errors.As(err, &pgErr) && pgErr.Code == "25006"
+	return refused || pgconn.SafeToRetry(err), err
 }
 
 // sendOnce is one try of send on db, which may also be an open
