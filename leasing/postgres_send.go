@@ -146,8 +146,11 @@ func (s *Postgres) send(ctx context.Context, class callClass, steps ...step) err
 func (s *Postgres) sendPooled(ctx context.Context, class callClass, steps []step) (uncommitted bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return true, err
+		// Only a failed connect is the server's unavailability; a closed
+		// pool is the caller's.
+		var connectErr *pgconn.ConnectError
+		if ctx.Err() != nil || !errors.As(err, &connectErr) {
+			return false, err
 		}
 		return true, fmt.Errorf("%w: connect: %w", ErrUnavailable, err)
 	}
