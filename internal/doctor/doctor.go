@@ -4,7 +4,8 @@
 // EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
 // autovacuum of the queue tables and their ordering keys' tables, the
 // connected role's rights to VACUUM them and to read the work signal's
-// sequence, and sessions that hold back VACUUM. Each problem comes with its
+// sequence, sessions that hold back VACUUM, and an inbox on asynchronous
+// replication. Each problem comes with its
 // reason in words; warnings are reported but leave the database healthy.
 package doctor
 
@@ -95,6 +96,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error
 		rep.Queues = append(rep.Queues, qr)
 	}
 	if err := checkServer(ctx, pool, opts, &rep); err != nil {
+		return rep, err
+	}
+	if err := checkReplication(ctx, pool, opts, &rep); err != nil {
 		return rep, err
 	}
 	rep.OK = len(rep.Problems) == 0

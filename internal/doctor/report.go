@@ -32,6 +32,8 @@ type Report struct {
 	// warning). MigrationHistory is false when that table is missing.
 	Migrations       []MigrationState `json:"migrations"`
 	MigrationHistory bool             `json:"migration_history"`
+	// Replication is the replication the server shows.
+	Replication ReplicationReport `json:"replication"`
 	// Problems and Warnings are the server-wide findings, in words.
 	Problems []string `json:"problems"`
 	Warnings []string `json:"warnings"`
