@@ -88,7 +88,7 @@ func TestSchemaCheck(t *testing.T) {
 			schemaErr(t, err)
 			// Operator calls and reads that need the new columns or indexes
 			// are refused the same way, before they send anything.
-			_, err = store.List(ctx, time.Time{}, uuid.Nil, 1)
+			_, err = store.List(ctx, leasing.ListRequest{Limit: 1})
 			schemaErr(t, err)
 			_, err = store.Purge(ctx, leasing.PurgeRequest{OlderThan: time.Hour, BatchSize: 10})
 			schemaErr(t, err)

@@ -63,9 +63,13 @@ SELECT
            AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()))
     ), '0'::interval)::interval AS oldest_due_age;
 
--- InboxList returns up to max_rows inbox rows ordered by (created_at,
--- message_id), starting after after_created_at/after_message_id (keyset
--- pagination; pass the zero time and zero uuid for the first page).
+-- InboxList returns up to max_rows inbox rows that match the filter
+-- (partials.sql.tmpl, listFilter) in (status, created_at, message_id)
+-- order, after the row (after_status, after_created_at, after_message_id)
+-- (keyset pagination: pass the last row's values for the next page, and
+-- for the first '' or the filtered status, the zero time and the nil
+-- uuid). It reads inbox_messages_list_idx from that row on: a page costs its
+-- rows plus those the other filters skip, at any table size.
 -- name: InboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic, ordering_key,
@@ -73,6 +77,48 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM inbox_messages
-WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
-ORDER BY created_at, message_id
+WHERE (status, created_at, message_id) > (@after_status::text, @after_created_at::timestamptz, @after_message_id::uuid)
+  AND status >= coalesce(sqlc.narg('status')::text, '')
+  -- 'waiting' sorts after every other status.
+  AND status <= coalesce(sqlc.narg('status')::text, 'waiting')
+  AND (sqlc.narg('message_type')::text IS NULL OR message_type = sqlc.narg('message_type')::text)
+  AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
+  AND (sqlc.narg('ordering_key')::text IS NULL OR ordering_key = sqlc.narg('ordering_key')::text)
+  AND (sqlc.narg('idempotency_key')::text IS NULL OR idempotency_key = sqlc.narg('idempotency_key')::text)
+  AND (sqlc.narg('topic')::text IS NULL OR NULL = sqlc.narg('topic')::text)
+  AND (sqlc.narg('error_contains')::text IS NULL OR strpos(last_error, sqlc.narg('error_contains')::text) > 0)
+  AND (sqlc.narg('older_than')::interval IS NULL
+       OR created_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - sqlc.narg('older_than')::interval)
+ORDER BY status, created_at, message_id
+LIMIT @max_rows::integer;
+
+-- InboxCountMatching returns the number of inbox rows that match the
+-- filter of InboxList: every matching row is read (a range of
+-- inbox_messages_list_idx when status is given), so it costs the matches.
+-- name: InboxCountMatching :one
+SELECT count(*)::bigint AS messages
+FROM inbox_messages
+WHERE status >= coalesce(sqlc.narg('status')::text, '')
+  -- 'waiting' sorts after every other status.
+  AND status <= coalesce(sqlc.narg('status')::text, 'waiting')
+  AND (sqlc.narg('message_type')::text IS NULL OR message_type = sqlc.narg('message_type')::text)
+  AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
+  AND (sqlc.narg('ordering_key')::text IS NULL OR ordering_key = sqlc.narg('ordering_key')::text)
+  AND (sqlc.narg('idempotency_key')::text IS NULL OR idempotency_key = sqlc.narg('idempotency_key')::text)
+  AND (sqlc.narg('topic')::text IS NULL OR NULL = sqlc.narg('topic')::text)
+  AND (sqlc.narg('error_contains')::text IS NULL OR strpos(last_error, sqlc.narg('error_contains')::text) > 0)
+  AND (sqlc.narg('older_than')::interval IS NULL
+       OR created_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - sqlc.narg('older_than')::interval);
+
+-- InboxDeadLetterGroups returns the inbox dead letters grouped by last
+-- error, the largest group first, at most max_rows groups: each group's
+-- count and its first and last dead_lettered_at (database clock). Reads
+-- every dead letter through inbox_messages_dead_lettered_idx.
+-- name: InboxDeadLetterGroups :many
+SELECT coalesce(last_error, '')::text AS last_error, count(*)::bigint AS messages,
+       min(dead_lettered_at)::timestamptz AS first_at, max(dead_lettered_at)::timestamptz AS last_at
+FROM inbox_messages
+WHERE status = 'dead_lettered'
+GROUP BY coalesce(last_error, '')
+ORDER BY count(*) DESC, coalesce(last_error, '')
 LIMIT @max_rows::integer;

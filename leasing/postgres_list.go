@@ -1,0 +1,244 @@
+package leasing
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/leasestore/leasestore/gen"
+)
+
+// The operator's reads and bulk actions by filter (db/queries/read.sql.tmpl,
+// purge.sql.tmpl): Postgres only; Memory has none of them.
+
+// List returns one page of the messages r.Filter matches, in (Status,
+// CreatedAt, ID) order, after r.After. A page reads the queue's list index
+// (migration 00017) from r.After on, so it costs its rows plus those the
+// filter's other fields skip, at any table size; a status filter is a
+// range of that index.
+//
+// Errors: an *ArgumentError for a bad filter, limit or cursor (one of
+// another status than the filter's).
+//
+// SQL: db/queries/read.sql.tmpl (InboxList).
+func (s *Postgres) List(ctx context.Context, r ListRequest) (ListPage, error) {
+	if err := r.validate(s.queue); err != nil {
+		return ListPage{}, err
+	}
+	after := r.After
+	if after.IsZero() {
+		// The first page of a status starts at that status's first entry.
+		after.Status = r.Filter.Status
+	}
+	f := filterParams(r.Filter)
+	list := bind(s.q.list, gen.InboxListParams{
+		AfterStatus: string(after.Status), AfterCreatedAt: after.CreatedAt, AfterMessageID: after.ID,
+		Status: f.Status, MessageType: f.MessageType, TenantID: f.TenantID, OrderingKey: f.OrderingKey,
+		IdempotencyKey: f.IdempotencyKey, Topic: f.Topic, ErrorContains: f.ErrorContains, OlderThan: f.OlderThan,
+		Now: s.pinned(), MaxRows: int32(r.Limit),
+	})
+	if err := s.send(ctx, listing, list); err != nil {
+		return ListPage{}, fmt.Errorf("leasing: list %s: %w", s.queue, err)
+	}
+	page := ListPage{Rows: make([]Row, len(list.out))}
+	for i, row := range list.out {
+		var err error
+		if page.Rows[i], err = rowOf(s.queue, row); err != nil {
+			return ListPage{}, fmt.Errorf("leasing: list %s: %w", s.queue, err)
+		}
+	}
+	if len(page.Rows) == r.Limit {
+		page.Next = CursorOf(page.Rows[len(page.Rows)-1])
+	}
+	return page, nil
+}
+
+// CountMatching returns how many messages f matches at the database's now.
+// It reads every match (a range of the list index when f.Status is set).
+//
+// Errors: an *ArgumentError for a bad filter.
+//
+// SQL: db/queries/read.sql.tmpl (InboxCountMatching).
+func (s *Postgres) CountMatching(ctx context.Context, f ListFilter) (int64, error) {
+	if err := f.validate(s.queue); err != nil {
+		return 0, err
+	}
+	count := bind(s.q.countMatching, filterParams(f))
+	count.arg.Now = s.pinned()
+	if err := s.send(ctx, listing, count); err != nil {
+		return 0, fmt.Errorf("leasing: count %s: %w", s.queue, err)
+	}
+	return count.out, nil
+}
+
+// filterParams is f as the filter's nullable parameters (now unset).
+func filterParams(f ListFilter) gen.InboxCountMatchingParams {
+	p := gen.InboxCountMatchingParams{
+		Status: nullable(string(f.Status)), MessageType: nullable(f.Type), TenantID: nullable(f.TenantID),
+		OrderingKey: nullable(f.OrderingKey), IdempotencyKey: nullable(f.IdempotencyKey), Topic: nullable(f.Topic),
+		ErrorContains: nullable(f.ErrorContains),
+	}
+	if f.OlderThan > 0 {
+		p.OlderThan = pgtype.Interval{Microseconds: f.OlderThan.Microseconds(), Valid: true}
+	}
+	return p
+}
+
+// DeadLetterGroups returns the queue's dead letters grouped by last error,
+// the largest group first, at most limit (1..MaxBatchSize) groups. It reads
+// every dead letter: for an operator's page, not a hot loop.
+//
+// Errors: an *ArgumentError for a bad limit.
+//
+// SQL: db/queries/read.sql.tmpl (InboxDeadLetterGroups).
+func (s *Postgres) DeadLetterGroups(ctx context.Context, limit int) ([]DeadLetterGroup, error) {
+	if err := validateCount("group limit", limit); err != nil {
+		return nil, err
+	}
+	groups := bind(s.q.deadLetterGroups, gen.InboxDeadLetterGroupsParams{MaxRows: int32(limit)})
+	if err := s.send(ctx, operator, groups); err != nil {
+		return nil, fmt.Errorf("leasing: dead-letter groups %s: %w", s.queue, err)
+	}
+	out := make([]DeadLetterGroup, len(groups.out))
+	for i, g := range groups.out {
+		out[i] = DeadLetterGroup{LastError: g.LastError, Messages: g.Messages, FirstAt: g.FirstAt.UTC(), LastAt: g.LastAt.UTC()}
+	}
+	return out, nil
+}
+
+// BulkCount returns how many messages r would read: those r.Filter matches
+// in the statuses r.Action acts on, counted at the database's now (a
+// dry run; messages may come or go before Bulk runs).
+//
+// Errors: an *ArgumentError for a bad request, as Bulk.
+func (s *Postgres) BulkCount(ctx context.Context, r BulkRequest) (int64, error) {
+	if err := r.validate(s.queue); err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, st := range bulkStatuses(s.queue, r) {
+		f := r.Filter
+		f.Status = st
+		n, err := s.CountMatching(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// bulkStatuses returns the statuses Bulk reads for r: the filter's, or
+// every status the action acts on.
+func bulkStatuses(q Queue, r BulkRequest) []Status {
+	if r.Filter.Status != "" {
+		return []Status{r.Filter.Status}
+	}
+	return r.Action.statuses(q)
+}
+
+// Bulk does r.Action to every message r.Filter matches, one page of at
+// most r.BatchSize messages per transaction, status by status in List's
+// order, each page read after the previous one's last message: a message
+// that enters the filter behind that point during the call is left for
+// the next call. Each batch goes through the fenced calls: Requeue;
+// DeadLetterByID for each message (in message_id order, its key freed as
+// DeadLetterByID frees it); for purge, a DELETE of the messages not in
+// flight that frees the keys they held and promotes each key's next
+// message.
+//
+// Not atomic: when a batch fails, those before it stay committed; the
+// error says how many were applied, and calling again does the rest.
+//
+// Errors: an *ArgumentError for a bad request (nothing changed).
+//
+// SQL: db/queries/operator.sql.tmpl, purge.sql.tmpl (InboxPurgeByIDs).
+func (s *Postgres) Bulk(ctx context.Context, r BulkRequest) (BulkResult, error) {
+	if err := r.validate(s.queue); err != nil {
+		return BulkResult{}, err
+	}
+	var res BulkResult
+	for _, st := range bulkStatuses(s.queue, r) {
+		f := r.Filter
+		f.Status = st
+		req := ListRequest{Filter: f, Limit: r.BatchSize}
+		for {
+			page, err := s.List(ctx, req)
+			if err != nil {
+				return res, fmt.Errorf("leasing: %s %s (after %d applied): %w", r.Action, s.queue, res.Applied, err)
+			}
+			if len(page.Rows) == 0 {
+				break
+			}
+			applied, err := s.bulkBatch(ctx, r, page.Rows)
+			if err != nil {
+				return res, fmt.Errorf("leasing: %s %s (after %d applied): %w", r.Action, s.queue, res.Applied, err)
+			}
+			res.Matched += len(page.Rows)
+			res.Applied += applied
+			res.Skipped += len(page.Rows) - applied
+			res.Batches++
+			if r.Progress != nil {
+				r.Progress(res)
+			}
+			if page.Next.IsZero() {
+				break
+			}
+			req.After = page.Next
+		}
+	}
+	return res, nil
+}
+
+// bulkBatch does r.Action to rows in one transaction and returns how many
+// it acted on.
+func (s *Postgres) bulkBatch(ctx context.Context, r BulkRequest, rows []Row) (int, error) {
+	ids := make([]uuid.UUID, len(rows))
+	for i, row := range rows {
+		ids[i] = row.ID
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	switch r.Action {
+	case BulkRequeue:
+		res, err := s.Requeue(ctx, ids...)
+		return len(res.Requeued), err
+	case BulkDeadLetter:
+		return s.deadLetterBatch(ctx, r, ids)
+	}
+	purge := bind(s.q.purgeByIDs, gen.InboxPurgeByIDsParams{MessageIds: idTexts(ids)})
+	vacant := bind(s.q.keyAdvanceVacant, gen.InboxKeyAdvanceVacantParams{Now: s.pinned()})
+	if err := s.send(ctx, operator, purge, vacant); err != nil {
+		return 0, err
+	}
+	return len(purge.out), nil
+}
+
+// deadLetterBatch dead-letters ids, sorted, as DeadLetterByID does each, in
+// one transaction: the rows are locked in message_id order (the lock
+// order), then their keys. Refusals (leased without force, finished since
+// the page was read, gone) are skipped, not errors.
+func (s *Postgres) deadLetterBatch(ctx context.Context, r BulkRequest, ids []uuid.UUID) (int, error) {
+	now := s.pinned()
+	dead := make([]*stmt[gen.InboxDeadLetterByIDParams, gen.InboxDeadLetterByIDRow], len(ids))
+	steps := make([]step, 0, len(ids)+2)
+	for i, id := range ids {
+		dead[i] = bind(s.q.deadLetterByID, gen.InboxDeadLetterByIDParams{
+			MessageID: id, Now: now, Reason: SanitizeError(r.Reason), AttemptError: attemptError(r.Reason), Force: r.Force,
+		})
+		steps = append(steps, dead[i])
+	}
+	if err := s.send(ctx, operator, append(steps, s.keySteps(ids)...)...); err != nil {
+		return 0, err
+	}
+	applied := 0
+	for _, d := range dead {
+		if d.out.Outcome == "applied" {
+			applied++
+		}
+	}
+	return applied, nil
+}
