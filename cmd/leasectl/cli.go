@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -37,13 +38,14 @@ const (
 // cli is the state shared by the subcommands: output streams and the
 // database URL.
 type cli struct {
+	stdin          io.Reader // confirmations (bulk)
 	stdout, stderr io.Writer
 	databaseURL    string
 	source         urlSource
 }
 
 func newCLI(stdout, stderr io.Writer, getenv func(string) string) *cli {
-	c := &cli{stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
+	c := &cli{stdin: os.Stdin, stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
 	if u := getenv("DATABASE_URL"); u != "" {
 		c.databaseURL, c.source = u, urlEnv
 	}
