@@ -209,12 +209,41 @@ func (s *Postgres) bulkBatch(ctx context.Context, r BulkRequest, rows []Row) (in
 	case BulkDeadLetter:
 		return s.deadLetterBatch(ctx, r, ids)
 	}
+	deleted, err := s.purgeIDs(ctx, ids)
+	return len(deleted), err
+}
+
+// PurgeByID deletes the given messages (1..MaxBatchSize distinct, non-nil
+// ids) in one transaction, whatever their status, except those in flight:
+// dead-letter those first (DeadLetterByID, with Force for a live lease).
+// A deleted message that held its ordering key frees it and the key's
+// next message is promoted. Returns the deleted ids in id order; ids in
+// flight or not in the queue are missing from it.
+//
+// Errors: an *ArgumentError for bad ids.
+//
+// SQL: db/queries/purge.sql.tmpl (InboxPurgeByIDs).
+func (s *Postgres) PurgeByID(ctx context.Context, ids ...uuid.UUID) ([]uuid.UUID, error) {
+	if err := validateIDs(ids); err != nil {
+		return nil, err
+	}
+	sorted := slices.Clone(ids)
+	slices.SortFunc(sorted, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	deleted, err := s.purgeIDs(ctx, sorted)
+	if err != nil {
+		return nil, fmt.Errorf("leasing: purge %s by id: %w", s.queue, err)
+	}
+	return deleted, nil
+}
+
+// purgeIDs deletes ids, as PurgeByID, in one transaction.
+func (s *Postgres) purgeIDs(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
 	purge := bind(s.q.purgeByIDs, gen.InboxPurgeByIDsParams{MessageIds: idTexts(ids)})
 	vacant := bind(s.q.keyAdvanceVacant, gen.InboxKeyAdvanceVacantParams{Now: s.pinned()})
 	if err := s.send(ctx, operator, purge, vacant); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(purge.out), nil
+	return purge.out, nil
 }
 
 // deadLetterBatch dead-letters ids, sorted, as DeadLetterByID does each, in

@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,40 +14,12 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// durationForm is the form parseDuration reads, for error messages.
-const durationForm = "a duration such as 90s, 15m, 36h, 7d or 1d12h"
-
-// parseDuration reads a Go duration (90s, 15m, 36h) that may start with
-// whole days (7d, 1d12h): a day is 24 hours.
-func parseDuration(s string) (time.Duration, error) {
-	bad := fmt.Errorf("%q is not %s", s, durationForm)
-	days, rest, hasDays := strings.Cut(s, "d")
-	var d time.Duration
-	if hasDays {
-		n, err := strconv.ParseUint(days, 10, 16)
-		if err != nil {
-			return 0, bad
-		}
-		d = time.Duration(n) * 24 * time.Hour
-		if rest == "" {
-			return d, nil
-		}
-	} else {
-		rest = s
-	}
-	r, err := time.ParseDuration(rest)
-	if err != nil || (hasDays && r < 0) {
-		return 0, bad
-	}
-	return d + r, nil
-}
-
 // durationFlag registers a duration flag on fs that parseDuration reads.
 func durationFlag(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
 	d := new(time.Duration)
 	*d = value
-	fs.Func(name, usage+" ("+durationForm+")", func(s string) error {
-		v, err := parseDuration(s)
+	fs.Func(name, usage+" ("+console.DurationForm+")", func(s string) error {
+		v, err := console.ParseDuration(s)
 		if err != nil {
 			return err
 		}

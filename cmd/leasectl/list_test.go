@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -13,21 +12,6 @@ import (
 	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 )
-
-func TestParseDuration(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]time.Duration{
-		"90s": 90 * time.Second, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0d": 0,
-	} {
-		got, err := parseDuration(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"", "7x", "d", "-1d", "1d-1h", "1.5d", "7days"} {
-		_, err := parseDuration(in)
-		require.ErrorContains(t, err, "7d", in)
-	}
-}
 
 // listFixture enqueues 3 inbox messages of type "a" and dead-letters the
 // second, and returns their ids.
