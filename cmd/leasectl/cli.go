@@ -39,13 +39,14 @@ const (
 // database URL.
 type cli struct {
 	stdin          io.Reader // confirmations (bulk)
+	getenv         func(string) string
 	stdout, stderr io.Writer
 	databaseURL    string
 	source         urlSource
 }
 
 func newCLI(stdout, stderr io.Writer, getenv func(string) string) *cli {
-	c := &cli{stdin: os.Stdin, stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
+	c := &cli{stdin: os.Stdin, getenv: getenv, stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
 	if u := getenv("DATABASE_URL"); u != "" {
 		c.databaseURL, c.source = u, urlEnv
 	}
