@@ -237,7 +237,7 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 
 // filterForm is a list filter as the forms and links carry it.
 type filterForm struct {
-	Queue                                                                       string
+	Queue                                                                      string
 	Status, Type, Tenant, OrderingKey, IdempotencyKey, Topic, Error, OlderThan string
 }
 

@@ -76,6 +76,7 @@ func runInput(ctx context.Context, stdin io.Reader, args []string, stdout, stder
 	global := flag.NewFlagSet("leasectl", flag.ContinueOnError)
 	global.Usage = func() {}
 	c.addDatabaseFlag(global)
+	version := global.Bool("version", false, "print the version and exit")
 	global.SetOutput(io.Discard)
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,6 +87,13 @@ func runInput(ctx context.Context, stdin io.Reader, args []string, stdout, stder
 		return 2
 	}
 	rest := global.Args()
+	if *version {
+		if err := printVersion(stdout); err != nil {
+			fmt.Fprintf(stderr, "leasectl: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(rest) == 0 {
 		c.usage(stderr)
 		return 2
@@ -134,6 +142,7 @@ func (c *cli) help(ctx context.Context, args []string) int {
 
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `usage: leasectl [--database-url URL] <command> [flags]
+       leasectl --version
 
 commands:
 `)

@@ -79,7 +79,7 @@ func queueStats(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue)
 		}
 		st, err := store.Stats(ctx)
 		if err != nil {
-			return nil, schemaHint(err)
+			return nil, schemaHint(err, describe(pool.Config().ConnConfig))
 		}
 		all = append(all, st)
 	}
