@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -72,4 +73,22 @@ func TestMigrateRoles(t *testing.T) {
 		"SELECT has_table_privilege('leasestore_operator', 'inbox_messages', 'DELETE')").Scan(&ok))
 	require.True(t, ok)
 	require.Equal(t, dbtest.RolesSQL(t), db.Roles())
+}
+
+// TestDoctorCompactByDefault: the plan trees only with --plans.
+func TestDoctorCompactByDefault(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	compact := leasectl(t, "doctor", "--queue", "inbox", "--database-url", url)
+	plans := leasectl(t, "doctor", "--queue", "inbox", "--plans", "--database-url", url)
+	require.Equal(t, compact.code, plans.code, compact.stderr+plans.stderr)
+	require.Contains(t, compact.stdout, "claim of 10:")
+	short, long := strings.Split(compact.stdout, "\n"), strings.Split(plans.stdout, "\n")
+	require.Greater(t, len(long), len(short)+3, plans.stdout)
+	for _, l := range long {
+		if strings.HasPrefix(l, "    ") {
+			require.NotContains(t, short, l)
+		}
+	}
+	require.Less(t, len(short), 15, compact.stdout)
 }
