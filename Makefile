@@ -13,7 +13,7 @@ STATICCHECK := $(TOOL) staticcheck
 # exporter) and the examples. Each target that builds or tests runs in all.
 # go.work lists them for editors and for working across them; each go.mod
 # still builds alone.
-MODULES := . integration cmd/leasectl examples
+MODULES := . integration cmd/leasectl examples console/browsertest
 in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 
 .DEFAULT_GOAL := help
