@@ -1,6 +1,11 @@
 package db
 
-import _ "embed"
+import (
+	"context"
+	_ "embed"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 //go:embed roles.sql
 var roles string
@@ -11,3 +16,14 @@ var roles string
 // holds several statements) after every migration. leasectl migrate roles
 // runs it.
 func Roles() string { return roles }
+
+// ApplyRoles runs Roles on pool's database in one transaction (the file's
+// own), as the tables' owner or a superuser.
+//
+// Errors: the server's, e.g. permission denied for a role that may not
+// create roles or grant on the tables; nothing changed then.
+func ApplyRoles(ctx context.Context, pool *pgxpool.Pool) error {
+	// No arguments: the simple protocol, which runs the file's statements.
+	_, err := pool.Exec(ctx, roles)
+	return err
+}

@@ -62,8 +62,7 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 	}
 	defer pool.Close()
 	if verb == "roles" {
-		// No arguments: the simple protocol, which runs the file's statements.
-		if _, err := pool.Exec(ctx, db.Roles()); err != nil {
+		if err := db.ApplyRoles(ctx, pool); err != nil {
 			return fmt.Errorf("apply the roles: %w", schemaHint(err, describeURL(c.databaseURL)))
 		}
 		fmt.Fprintln(c.stdout, "roles leasestore_processor and leasestore_operator are current (db/roles.sql)")
