@@ -1,6 +1,7 @@
 // Package console is a web console for leasestore queues: an http.Handler
 // that shows queue depth, dead letters grouped by error, messages by
-// filter and one message's payload and history, and requeues,
+// filter, one message's payload and history, the ordering keys in use and
+// the doctor report, and requeues,
 // dead-letters or purges one message or every message a filter matches.
 //
 // Server-rendered (html/template, no JavaScript needed). Mount it behind
@@ -28,6 +29,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/internal/doctor"
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -107,6 +109,8 @@ func New(opts Options, stores ...*leasing.Postgres) (*Console, error) {
 	c.mux.HandleFunc("GET /dead-letters", c.deadLettersPage)
 	c.mux.HandleFunc("GET /messages", c.messagesPage)
 	c.mux.HandleFunc("GET /messages/{queue}/{id}", c.messagePage)
+	c.mux.HandleFunc("GET /keys", c.keysPage)
+	c.mux.HandleFunc("GET /doctor", c.doctorPage)
 	c.mux.HandleFunc("GET /confirm", c.confirmPage)
 	c.mux.HandleFunc("POST /act", c.act)
 	return c, nil
@@ -236,6 +240,44 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // filterForm is a list filter as the forms and links carry it.
+type keysData struct {
+	Queue leasing.Queue
+	Lines []leasing.KeyLine
+}
+
+// keysPage lists each queue's ordering keys in use, the longest-held first.
+func (c *Console) keysPage(w http.ResponseWriter, r *http.Request) {
+	var data []keysData
+	for _, q := range c.queues {
+		lines, err := c.stores[q].KeyLines(r.Context(), 100)
+		if err != nil {
+			c.fail(w, r, statusOf(err), err)
+			return
+		}
+		data = append(data, keysData{Queue: q, Lines: lines})
+	}
+	c.render(w, r, "keys", "Ordering keys", data)
+}
+
+// doctorPage runs leasectl doctor's checks on the queues served and shows
+// its text report.
+func (c *Console) doctorPage(w http.ResponseWriter, r *http.Request) {
+	rep, err := doctor.Check(r.Context(), c.stores[c.queues[0]].Pool(), doctor.Options{Queues: c.queues})
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	var text strings.Builder
+	if err := doctor.WriteText(&text, rep); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, "doctor", "Doctor", struct {
+		OK   bool
+		Text string
+	}{rep.OK, text.String()})
+}
+
 type filterForm struct {
 	Queue                                                                      string
 	Status, Type, Tenant, OrderingKey, IdempotencyKey, Topic, Error, OlderThan string

@@ -62,6 +62,9 @@ func newFixture(t *testing.T, readOnly bool) *fixture {
 	require.NoError(t, err)
 	_, err = inbox.DeadLetterByID(t.Context(), leasing.DeadLetterByIDRequest{ID: res.IDs[2], Reason: "boom <b>bold</b>"})
 	require.NoError(t, err)
+	_, err = outbox.Enqueue(t.Context(), leasing.NewMessage{Topic: "orders", OrderingKey: "cust-<1>"},
+		leasing.NewMessage{Topic: "orders", OrderingKey: "cust-<1>"})
+	require.NoError(t, err)
 	log := &lockedBuffer{}
 	c, err := console.New(console.Options{ReadOnly: readOnly, Logger: slog.New(slog.NewTextHandler(log, nil)),
 		User: func(*http.Request) string { return "alice" }}, inbox, outbox)
@@ -127,8 +130,16 @@ func TestPages(t *testing.T) {
 	body = f.get(t, "/messages?queue=inbox&status=dead_lettered&error=boom", http.StatusOK)
 	require.Contains(t, body, f.ids[2].String())
 	require.NotContains(t, body, f.ids[0].String())
-	body = f.get(t, "/messages?queue=outbox", http.StatusOK)
+	body = f.get(t, "/messages?queue=outbox&status=failed", http.StatusOK)
 	require.Contains(t, body, "No messages match.")
+
+	body = f.get(t, "/keys", http.StatusOK)
+	require.Contains(t, body, "No ordering keys in use.") // the inbox
+	require.Contains(t, body, "cust-&lt;1&gt;</a>")
+	require.Regexp(t, `<td class="n">1</td>`, body) // one waits behind the head
+	body = f.get(t, "/doctor", http.StatusOK)
+	require.Contains(t, body, "claim of 10:")
+	require.Contains(t, body, "inbox (inbox_messages)")
 
 	body = f.get(t, "/messages/inbox/"+f.ids[0].String(), http.StatusOK)
 	require.Contains(t, body, "{\n  &#34;order&#34;: 7\n}")

@@ -258,3 +258,17 @@ func (r BulkRequest) validate(q Queue) error {
 	}
 	return nil
 }
+
+// KeyLine is one ordering key in use and the line behind its head, as
+// Postgres.KeyLines returns it.
+type KeyLine struct {
+	// TenantID ("" for none) and OrderingKey name the key.
+	TenantID, OrderingKey string
+	// HeadID is the message that holds the key.
+	HeadID uuid.UUID
+	// HeadSince is when it became the head (database clock, UTC); nil
+	// while a finished head's transaction runs.
+	HeadSince *time.Time
+	// Waiting is how many messages wait behind the head.
+	Waiting int64
+}

@@ -100,6 +100,7 @@ func storeCalls(s *leasing.Postgres, held leasing.Lease, ids []uuid.UUID) map[st
 		},
 		"DeadLetterGroups": func(ctx context.Context) error { _, err := s.DeadLetterGroups(ctx, 10); return err },
 		"PurgeByID":        func(ctx context.Context) error { _, err := s.PurgeByID(ctx, ids...); return err },
+		"KeyLines":         func(ctx context.Context) error { _, err := s.KeyLines(ctx, 10); return err },
 		"Bulk": func(ctx context.Context) error {
 			_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge, Filter: leasing.ListFilter{Type: "none"}, BatchSize: 10})
 			return err
@@ -355,6 +356,7 @@ func TestBadInput(t *testing.T) {
 				"count NUL type": func() error { _, err := s.CountMatching(ctx, leasing.ListFilter{Type: "\x00"}); return err },
 				"groups zero":    func() error { _, err := s.DeadLetterGroups(ctx, 0); return err },
 				"purge by no id": func() error { _, err := s.PurgeByID(ctx); return err },
+				"key lines zero": func() error { _, err := s.KeyLines(ctx, 0); return err },
 				"bulk no action": func() error { _, err := s.Bulk(ctx, leasing.BulkRequest{BatchSize: 1}); return err },
 				"bulk zero batch": func() error {
 					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge})

@@ -271,3 +271,29 @@ func (s *Postgres) deadLetterBatch(ctx context.Context, r BulkRequest, ids []uui
 	}
 	return applied, nil
 }
+
+// KeyLines returns up to limit (1..MaxBatchSize) ordering keys in use, the
+// key whose head has held it longest first, each with how many messages
+// wait behind its head. It reads every key row: for an operator's page.
+//
+// Errors: an *ArgumentError for a bad limit; a *SchemaError before the
+// ordering keys' migration.
+//
+// SQL: db/queries/keys.sql.tmpl (InboxKeyList).
+func (s *Postgres) KeyLines(ctx context.Context, limit int) ([]KeyLine, error) {
+	if err := validateCount("key limit", limit); err != nil {
+		return nil, err
+	}
+	keys := bind(s.q.keyList, gen.InboxKeyListParams{MaxRows: int32(limit)})
+	if err := s.send(ctx, operator, keys); err != nil {
+		return nil, fmt.Errorf("leasing: key lines %s: %w", s.queue, err)
+	}
+	out := make([]KeyLine, len(keys.out))
+	for i, k := range keys.out {
+		out[i] = KeyLine{TenantID: k.TenantID, OrderingKey: k.OrderingKey, HeadSince: utc(k.HeadSince), Waiting: k.Waiting}
+		if k.HeadID != nil {
+			out[i].HeadID = *k.HeadID
+		}
+	}
+	return out, nil
+}

@@ -132,6 +132,14 @@ func TestListFiltersAndPages(t *testing.T) {
 				require.EqualValues(t, len(c.want), n, c.name)
 			}
 
+			lines, err := s.KeyLines(t.Context(), 10)
+			require.NoError(t, err)
+			require.Len(t, lines, 1)
+			require.Equal(t, "k", lines[0].OrderingKey)
+			require.Equal(t, f.keyed[0], lines[0].HeadID)
+			require.EqualValues(t, 1, lines[0].Waiting)
+			require.NotNil(t, lines[0].HeadSince)
+
 			groups, err := s.DeadLetterGroups(t.Context(), 10)
 			require.NoError(t, err)
 			require.Len(t, groups, 1)

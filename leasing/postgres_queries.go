@@ -34,6 +34,7 @@ type queries struct {
 	countMatching    func(context.Context, gen.DBTX, gen.InboxCountMatchingParams) (int64, error)
 	deadLetterGroups func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]gen.InboxDeadLetterGroupsRow, error)
 	purgeByIDs       func(context.Context, gen.DBTX, gen.InboxPurgeByIDsParams) ([]uuid.UUID, error)
+	keyList          func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]gen.InboxKeyListRow, error)
 	enqueue          func(context.Context, gen.DBTX, enqueueColumns) ([]uuid.UUID, error)
 	enqueueCopy      func(context.Context, gen.DBTX, []NewMessage) (int64, error)
 	enqueueOrder     func(context.Context, gen.DBTX, gen.InboxEnqueueOrderParams) (int64, error)
@@ -75,6 +76,7 @@ func inboxQueries(q *gen.Queries) queries {
 		countMatching:    q.InboxCountMatching,
 		deadLetterGroups: q.InboxDeadLetterGroups,
 		purgeByIDs:       q.InboxPurgeByIDs,
+		keyList:          q.InboxKeyList,
 		enqueue: func(ctx context.Context, db gen.DBTX, c enqueueColumns) ([]uuid.UUID, error) {
 			return inboxEnqueue(ctx, db, q, c)
 		},
@@ -140,6 +142,8 @@ func outboxQueries(q *gen.Queries) queries {
 				return gen.InboxDeadLetterGroupsRow(r)
 			})),
 		purgeByIDs: adapt(q.OutboxPurgeByIDs, func(p gen.InboxPurgeByIDsParams) gen.OutboxPurgeByIDsParams { return gen.OutboxPurgeByIDsParams(p) }, same),
+		keyList: adapt(q.OutboxKeyList, func(p gen.InboxKeyListParams) gen.OutboxKeyListParams { return gen.OutboxKeyListParams(p) },
+			each(func(r gen.OutboxKeyListRow) gen.InboxKeyListRow { return gen.InboxKeyListRow(r) })),
 		enqueue: func(ctx context.Context, db gen.DBTX, c enqueueColumns) ([]uuid.UUID, error) {
 			return outboxEnqueue(ctx, db, q, c)
 		},
