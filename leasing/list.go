@@ -171,7 +171,8 @@ const (
 	// entry says so).
 	BulkDeadLetter BulkAction = "dead-letter"
 	// BulkPurge deletes the messages that are not in flight, whatever
-	// their status; a deleted key head frees its key for the next message.
+	// their status, skipping those locked by others (call again); a
+	// deleted key head frees its key for the next message.
 	BulkPurge BulkAction = "purge"
 )
 

@@ -147,7 +147,8 @@ func bulkStatuses(q Queue, r BulkRequest) []Status {
 // that enters the filter behind that point during the call is left for
 // the next call. Each batch goes through the fenced calls: Requeue;
 // DeadLetterByID for each message (in message_id order, its key freed as
-// DeadLetterByID frees it); for purge, a DELETE of the messages not in
+// DeadLetterByID frees it; a waiting message in a transaction of its own);
+// for purge, a DELETE (skipping rows others hold locked) of the messages not in
 // flight that frees the keys they held and promotes each key's next
 // message.
 //
@@ -194,12 +195,18 @@ func (s *Postgres) Bulk(ctx context.Context, r BulkRequest) (BulkResult, error) 
 	return res, nil
 }
 
-// bulkBatch does r.Action to rows in one transaction and returns how many
-// it acted on.
+// bulkBatch does r.Action to rows and returns how many it acted on: in
+// one transaction, but for dead-letter's waiting rows (see
+// deadLetterBatch).
 func (s *Postgres) bulkBatch(ctx context.Context, r BulkRequest, rows []Row) (int, error) {
-	ids := make([]uuid.UUID, len(rows))
-	for i, row := range rows {
-		ids[i] = row.ID
+	ids := make([]uuid.UUID, 0, len(rows))
+	var waiting []uuid.UUID
+	for _, row := range rows {
+		if r.Action == BulkDeadLetter && row.Status == StatusWaiting {
+			waiting = append(waiting, row.ID)
+			continue
+		}
+		ids = append(ids, row.ID)
 	}
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	switch r.Action {
@@ -207,18 +214,34 @@ func (s *Postgres) bulkBatch(ctx context.Context, r BulkRequest, rows []Row) (in
 		res, err := s.Requeue(ctx, ids...)
 		return len(res.Requeued), err
 	case BulkDeadLetter:
-		return s.deadLetterBatch(ctx, r, ids)
+		applied := 0
+		// A waiting message is locked out of message_id order by its key's
+		// finisher, who promotes it (partials.sql.tmpl): lock it holding
+		// nothing else, one transaction each, as DeadLetterByID does.
+		for _, id := range waiting {
+			n, err := s.deadLetterBatch(ctx, r, []uuid.UUID{id})
+			applied += n
+			if err != nil {
+				return applied, err
+			}
+		}
+		if len(ids) == 0 {
+			return applied, nil
+		}
+		n, err := s.deadLetterBatch(ctx, r, ids)
+		return applied + n, err
 	}
 	deleted, err := s.purgeIDs(ctx, ids)
 	return len(deleted), err
 }
 
 // PurgeByID deletes the given messages (1..MaxBatchSize distinct, non-nil
-// ids) in one transaction, whatever their status, except those in flight:
-// dead-letter those first (DeadLetterByID, with Force for a live lease).
+// ids) in one transaction, whatever their status, except those in flight
+// (dead-letter those first: DeadLetterByID, with Force for a live lease)
+// and those another transaction holds locked (call again).
 // A deleted message that held its ordering key frees it and the key's
-// next message is promoted. Returns the deleted ids in id order; ids in
-// flight or not in the queue are missing from it.
+// next message is promoted. Returns the deleted ids in id order; the
+// others are missing from it.
 //
 // Errors: an *ArgumentError for bad ids.
 //
@@ -246,9 +269,9 @@ func (s *Postgres) purgeIDs(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, 
 	return purge.out, nil
 }
 
-// deadLetterBatch dead-letters ids, sorted, as DeadLetterByID does each, in
-// one transaction: the rows are locked in message_id order (the lock
-// order), then their keys. Refusals (leased without force, finished since
+// deadLetterBatch dead-letters ids, sorted and none waiting unless alone,
+// as DeadLetterByID does each, in one transaction: the rows are locked in
+// message_id order (the lock order), then their keys. Refusals (leased without force, finished since
 // the page was read, gone) are skipped, not errors.
 func (s *Postgres) deadLetterBatch(ctx context.Context, r BulkRequest, ids []uuid.UUID) (int, error) {
 	now := s.pinned()

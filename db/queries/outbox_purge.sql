@@ -90,12 +90,14 @@ SELECT (SELECT count(*) FROM deleted)::bigint AS deleted, (SELECT count(*) FROM 
 
 -- OutboxPurgeByIDs deletes the outbox rows among message_ids that are not
 -- publishing (a live or expired lease: dead-letter those first), whatever
--- their status, locked in message_id order (the lock order). A deleted row
+-- their status; rows locked by others are skipped (call again), so that it
+-- never waits for a message while holding one (the lock order: a key's
+-- finisher locks the waiting messages it promotes out of order). A deleted row
 -- that held its ordering key frees it (head_id NULL, the key row locked in
 -- key order after the messages) for OutboxKeyAdvanceVacant, the next
 -- statement, which promotes the key's next message; a deleted waiting row
 -- leaves its key's line. Returns the deleted message_ids in message_id
--- order: the others were in flight or gone.
+-- order: the others were in flight, locked by others or gone.
 -- name: OutboxPurgeByIDs :many
 WITH locked AS (
     SELECT m.message_id
@@ -103,7 +105,7 @@ WITH locked AS (
     WHERE m.message_id = ANY ((@message_ids::text[])::uuid[])
       AND m.status <> 'publishing'
     ORDER BY m.message_id
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM outbox_messages AS m
     WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM locked))
