@@ -296,27 +296,24 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        published_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM outbox_messages
-WHERE (status, created_at, message_id) > ($1::text, $2::timestamptz, $3::uuid)
-  AND status >= coalesce($4::text, '')
-  -- 'waiting' sorts after every other status.
-  AND status <= coalesce($4::text, 'waiting')
-  AND ($5::text IS NULL OR message_type = $5::text)
-  AND ($6::text IS NULL OR tenant_id = $6::text)
-  AND ($7::text IS NULL OR ordering_key = $7::text)
-  AND ($8::text IS NULL OR NULL = $8::text)
-  AND ($9::text IS NULL OR topic = $9::text)
-  AND ($10::text IS NULL OR strpos(last_error, $10::text) > 0)
-  AND ($11::interval IS NULL
-       OR created_at <= coalesce($12::timestamptz, statement_timestamp()) - $11::interval)
-ORDER BY status, created_at, message_id
-LIMIT $13::integer
+WHERE status = $1::text
+  AND (created_at, message_id) > ($2::timestamptz, $3::uuid)
+  AND ($4::text IS NULL OR message_type = $4::text)
+  AND ($5::text IS NULL OR tenant_id = $5::text)
+  AND ($6::text IS NULL OR ordering_key = $6::text)
+  AND ($7::text IS NULL OR NULL = $7::text)
+  AND ($8::text IS NULL OR topic = $8::text)
+  AND ($9::text IS NULL OR strpos(last_error, $9::text) > 0)
+  AND ($10::interval IS NULL
+       OR created_at <= coalesce($11::timestamptz, statement_timestamp()) - $10::interval)
+ORDER BY created_at, message_id
+LIMIT $12::integer
 `
 
 type OutboxListParams struct {
-	AfterStatus    string
+	ListStatus     string
 	AfterCreatedAt time.Time
 	AfterMessageID uuid.UUID
-	Status         *string
 	MessageType    *string
 	TenantID       *string
 	OrderingKey    *string
@@ -354,19 +351,19 @@ type OutboxListRow struct {
 	KeySeq            int64
 }
 
-// OutboxList returns up to max_rows outbox rows that match the filter
-// (partials.sql.tmpl, listFilter) in (status, created_at, message_id)
-// order, after the row (after_status, after_created_at, after_message_id)
-// (keyset pagination: pass the last row's values for the next page, and
-// for the first ” or the filtered status, the zero time and the nil
-// uuid). It reads outbox_messages_list_idx from that row on: a page costs its
-// rows plus those the other filters skip, at any table size.
+// OutboxList returns up to max_rows outbox rows in status list_status
+// that match the other filters (partials.sql.tmpl, listRest), in
+// (created_at, message_id) order after (after_created_at,
+// after_message_id) (keyset pagination: pass the last row's values for the
+// next page, the zero time and the nil uuid for the first). It reads
+// outbox_messages_list_idx, or outbox_messages_inflight_idx for publishing, from
+// that row on: a page costs its rows plus those the other filters skip, at
+// any table size (with a custom plan, which proves the partial index).
 func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxListRow, error) {
 	rows, err := db.Query(ctx, outboxList,
-		arg.AfterStatus,
+		arg.ListStatus,
 		arg.AfterCreatedAt,
 		arg.AfterMessageID,
-		arg.Status,
 		arg.MessageType,
 		arg.TenantID,
 		arg.OrderingKey,

@@ -63,7 +63,8 @@ func (f ListFilter) validate(q Queue) error {
 	return nil
 }
 
-// Cursor is a place in List's order, (Status, CreatedAt, ID): a page
+// Cursor is a place in List's order, (Status, CreatedAt, ID), statuses
+// sorted by name: a page
 // lists the messages after it. The zero Cursor is the start.
 type Cursor struct {
 	Status    Status

@@ -16,10 +16,11 @@ import (
 // purge.sql.tmpl): Postgres only; Memory has none of them.
 
 // List returns one page of the messages r.Filter matches, in (Status,
-// CreatedAt, ID) order, after r.After. A page reads the queue's list index
-// (migration 00017) from r.After on, so it costs its rows plus those the
-// filter's other fields skip, at any table size; a status filter is a
-// range of that index.
+// CreatedAt, ID) order (statuses by name), after r.After: status by status,
+// one statement per status until the page is full. A status's statement
+// reads the queue's list index (migration 00017), or for the in-flight
+// status its in-flight index, from the cursor on, so a page costs its rows
+// plus those the filter's other fields skip, at any table size.
 //
 // Errors: an *ArgumentError for a bad filter, limit or cursor (one of
 // another status than the filter's).
@@ -29,32 +30,49 @@ func (s *Postgres) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	if err := r.validate(s.queue); err != nil {
 		return ListPage{}, err
 	}
-	after := r.After
-	if after.IsZero() {
-		// The first page of a status starts at that status's first entry.
-		after.Status = r.Filter.Status
-	}
 	f := filterParams(r.Filter)
-	list := bind(s.q.list, gen.InboxListParams{
-		AfterStatus: string(after.Status), AfterCreatedAt: after.CreatedAt, AfterMessageID: after.ID,
-		Status: f.Status, MessageType: f.MessageType, TenantID: f.TenantID, OrderingKey: f.OrderingKey,
-		IdempotencyKey: f.IdempotencyKey, Topic: f.Topic, ErrorContains: f.ErrorContains, OlderThan: f.OlderThan,
-		Now: s.pinned(), MaxRows: int32(r.Limit),
-	})
-	if err := s.send(ctx, listing, list); err != nil {
-		return ListPage{}, fmt.Errorf("leasing: list %s: %w", s.queue, err)
-	}
-	page := ListPage{Rows: make([]Row, len(list.out))}
-	for i, row := range list.out {
-		var err error
-		if page.Rows[i], err = rowOf(s.queue, row); err != nil {
+	page := ListPage{Rows: []Row{}}
+	for _, st := range listStatuses(s.queue, r) {
+		after := r.After
+		if after.Status != st {
+			after = Cursor{Status: st}
+		}
+		list := bind(s.q.list, gen.InboxListParams{
+			ListStatus: string(st), AfterCreatedAt: after.CreatedAt, AfterMessageID: after.ID,
+			MessageType: f.MessageType, TenantID: f.TenantID, OrderingKey: f.OrderingKey,
+			IdempotencyKey: f.IdempotencyKey, Topic: f.Topic, ErrorContains: f.ErrorContains, OlderThan: f.OlderThan,
+			Now: s.pinned(), MaxRows: int32(r.Limit - len(page.Rows)),
+		})
+		if err := s.send(ctx, listing, list); err != nil {
 			return ListPage{}, fmt.Errorf("leasing: list %s: %w", s.queue, err)
 		}
-	}
-	if len(page.Rows) == r.Limit {
-		page.Next = CursorOf(page.Rows[len(page.Rows)-1])
+		for _, row := range list.out {
+			converted, err := rowOf(s.queue, row)
+			if err != nil {
+				return ListPage{}, fmt.Errorf("leasing: list %s: %w", s.queue, err)
+			}
+			page.Rows = append(page.Rows, converted)
+		}
+		if len(page.Rows) == r.Limit {
+			page.Next = CursorOf(page.Rows[len(page.Rows)-1])
+			break
+		}
 	}
 	return page, nil
+}
+
+// listStatuses returns the statuses List reads for r, in order: the
+// filter's, or from the cursor's on, every status of q sorted by name.
+func listStatuses(q Queue, r ListRequest) []Status {
+	if r.Filter.Status != "" {
+		return []Status{r.Filter.Status}
+	}
+	all := slices.Clone(q.Statuses())
+	slices.Sort(all)
+	if !r.After.IsZero() {
+		all = all[slices.Index(all, r.After.Status):]
+	}
+	return all
 }
 
 // CountMatching returns how many messages f matches at the database's now.

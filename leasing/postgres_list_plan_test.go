@@ -11,10 +11,11 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// TestListPlan: a page of List reads the list index from its cursor and
+// TestListPlan: a page of List (one status) reads the list index, or the
+// in-flight index for the in-flight status, from its cursor and
 // costs O(page) buffers on the custom plan (the store sends List with
-// UseCustomPlansAndLockTimeout: a generic plan may sort), with and
-// without a status filter, at the head and in the middle of a status,
+// UseCustomPlansAndLockTimeout: a generic plan cannot prove the partial
+// index), at the head and in the middle of a status,
 // with many more rows in the table than the page (pick: 100k rows per
 // queue, 1M under -stress).
 func TestListPlan(t *testing.T) {
@@ -28,7 +29,8 @@ func TestListPlan(t *testing.T) {
 			// Mostly finished history, then dead letters, then a backlog.
 			seedFinished(t, conn, q, q.done, 0, rows*8/10, "interval '1 hour'")
 			seedFinished(t, conn, q, "dead_lettered", rows*8/10+1, rows*9/10, "interval '1 hour'")
-			seed(t, conn, q, "pending", rows*9/10+1, rows)
+			seed(t, conn, q, "pending", rows*9/10+1, rows-rows/20)
+			seed(t, conn, q, q.inFlight, rows-rows/20+1, rows)
 			analyze(t, conn, q)
 			var pages int64
 			require.NoError(t, conn.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / 8192", q.table).Scan(&pages))
@@ -41,23 +43,32 @@ func TestListPlan(t *testing.T) {
 			sql := generatedSQL(t, q.genFile, strings.Replace(q.genConst, "Claim", "List", 1))
 			const page = 50
 			for _, mode := range []string{"force_custom_plan"} {
+				zero := "'0001-01-01Z', '00000000-0000-0000-0000-000000000000'"
 				for _, c := range []struct {
-					name  string
-					after string // $1..$3
-					args  string // $4..$12
+					name, status, after, index string
 				}{
-					{"first page, no filter", "'', '0001-01-01Z', '00000000-0000-0000-0000-000000000000'", "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"},
-					{"first page of dead letters", "'dead_lettered', '0001-01-01Z', '00000000-0000-0000-0000-000000000000'", "'dead_lettered', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"},
-					{"mid dead letters", "'dead_lettered', " + midAt + ", " + midID, "'dead_lettered', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"},
-					{"first page of pending", "'pending', '0001-01-01Z', '00000000-0000-0000-0000-000000000000'", "'pending', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"},
+					{"first completed", q.done, zero, q.table + "_list_idx"},
+					{"first dead letters", "dead_lettered", zero, q.table + "_list_idx"},
+					{"mid dead letters", "dead_lettered", midAt + ", " + midID, q.table + "_list_idx"},
+					// The claim's ready index has the same order (it holds
+					// failed rows too, read and skipped).
+					{"first pending", "pending", zero, q.table + "_list_idx|" + q.table + "_ready_idx"},
+					{"first in flight", q.inFlight, zero, q.table + "_inflight_idx"},
 				} {
 					name := mode + ", " + c.name
-					root := explainList(t, conn, sql, mode, c.after+", "+c.args+", "+fmt.Sprint(page))
+					args := pgQuote(c.status) + ", " + c.after + ", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, " + fmt.Sprint(page)
+					root := explainList(t, conn, sql, mode, args)
 					require.Equal(t, float64(page), root.ActualRows, name)
+					var indexes []string
 					walk(root, nil, func(n planNode, _ []planNode) {
 						require.NotEqual(t, "Seq Scan", n.NodeType, "%s: %s", name, mustJSON(root))
 						require.NotEqual(t, "Sort", n.NodeType, "%s: %s", name, mustJSON(root))
+						if n.IndexName != "" {
+							indexes = append(indexes, n.IndexName)
+						}
 					})
+					require.Len(t, indexes, 1, name)
+					require.Contains(t, strings.Split(c.index, "|"), indexes[0], name)
 					t.Logf("%s: %s: %d buffers (table %d pages)", q.table, name, buffers(root), pages)
 					require.LessOrEqual(t, buffers(root), int64(2*page+20), "%s: %s", name, mustJSON(root))
 				}
