@@ -10,14 +10,15 @@ STATICCHECK := $(TOOL) staticcheck
 
 # The library's module and the modules beside it that hold what the library
 # must not depend on: the integration suites (OTel SDK), the CLI (Prometheus
-# exporter) and the examples. Each target that builds or tests runs in all.
+# exporter), the examples and the broker adapters (adapters/*). Each target
+# that builds or tests runs in all.
 # go.work lists them for editors and for working across them; each go.mod
 # still builds alone.
-MODULES := . integration cmd/leasectl examples console/browsertest
+MODULES := . integration cmd/leasectl examples adapters/natsjs adapters/rabbitmq adapters/kafka console/browsertest
 in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help generate verify test test-short db-start demo stress bench lint
+.PHONY: help generate verify test test-short db-start brokers-start demo stress bench lint
 
 help: ## List the targets.
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -42,6 +43,9 @@ test-short: ## Unit tests only; tests that need PostgreSQL skip.
 
 db-start: ## Start the local PostgreSQL the tests use.
 	bash scripts/db-start.sh
+
+brokers-start: ## Start NATS (JetStream) and RabbitMQ for the adapters' tests unless they answer.
+	bash scripts/brokers-start.sh
 
 demo: db-start ## Two processor instances share the inbox and the outbox (examples/demo).
 	cd examples && go run ./demo

@@ -37,6 +37,13 @@
 -- that function (leasestore_signal_work, migration 00009) is SECURITY
 -- DEFINER: it needs no other grant.
 --
+-- VACUUM: on PostgreSQL 17 and later leasestore_processor gets MAINTAIN on
+-- the four queue tables, so that processors run their vacuum policy
+-- (processor.VacuumPolicy) without the tables' owner's rights. Before 17
+-- only the owner may VACUUM: processors see that they may not, say so once
+-- (info) and leave the tables to autovacuum; run them as the owner, or set
+-- VacuumPolicy.Disabled (docs/operations.md, Vacuum).
+--
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
 -- Purge (leasectl purge), and set strict ordering (leasectl ordering). It
 -- still cannot TRUNCATE, ALTER or DROP.
@@ -97,5 +104,14 @@ GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
 -- PUBLIC; granted here too, so that a REVOKE from PUBLIC or a restore
 -- without privileges does not make every insert call the trigger function.
 GRANT SELECT ON SEQUENCE inbox_messages_work_signal, outbox_messages_work_signal TO leasestore_processor;
+
+-- VACUUM rights (see above): MAINTAIN exists from PostgreSQL 17 on.
+DO $maintain$
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::integer >= 170000 THEN
+        EXECUTE 'GRANT MAINTAIN ON inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys TO leasestore_processor';
+    END IF;
+END
+$maintain$;
 
 COMMIT;

@@ -200,3 +200,36 @@ func (q *Queries) InboxPurgeHeads(ctx context.Context, db DBTX, arg InboxPurgeHe
 	err := row.Scan(&i.Deleted, &i.Freed)
 	return i, err
 }
+
+const inboxRetained = `-- name: InboxRetained :one
+SELECT d.completed_at AS oldest_done, x.dead_lettered_at AS oldest_dead_lettered,
+       coalesce($1::timestamptz, statement_timestamp())::timestamptz AS now
+FROM (SELECT) AS one
+LEFT JOIN LATERAL (SELECT completed_at FROM inbox_messages WHERE status = 'completed'
+                   ORDER BY completed_at LIMIT 1) AS d ON true
+LEFT JOIN LATERAL (SELECT dead_lettered_at FROM inbox_messages WHERE status = 'dead_lettered'
+                   ORDER BY dead_lettered_at LIMIT 1) AS x ON true
+`
+
+type InboxRetainedParams struct {
+	Now *time.Time
+}
+
+type InboxRetainedRow struct {
+	OldestDone         *time.Time
+	OldestDeadLettered *time.Time
+	Now                time.Time
+}
+
+// InboxRetained returns the finish times of the oldest completed and of the
+// oldest dead-lettered inbox rows still stored (NULL when none), and now:
+// what retention has kept. Purge deletes the oldest first, so every row
+// that finished since is stored too, and its idempotency key still
+// turns a second enqueue into a duplicate: the inbox's effective dedup
+// window. Two descents of the finish-time indexes.
+func (q *Queries) InboxRetained(ctx context.Context, db DBTX, arg InboxRetainedParams) (InboxRetainedRow, error) {
+	row := db.QueryRow(ctx, inboxRetained, arg.Now)
+	var i InboxRetainedRow
+	err := row.Scan(&i.OldestDone, &i.OldestDeadLettered, &i.Now)
+	return i, err
+}

@@ -16,7 +16,10 @@ SELECT s.n_dead_tup::bigint AS dead_rows,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_progress_vacuum AS p
                WHERE p.relid = s.relid)::boolean AS running,
        (pg_catalog.pg_has_role(c.relowner, 'USAGE')
-        OR pg_catalog.pg_has_role(d.datdba, 'USAGE'))::boolean AS may_vacuum
+        OR pg_catalog.pg_has_role(d.datdba, 'USAGE')
+        -- CASE, not AND: before 17 the privilege name is an error.
+        OR CASE WHEN pg_catalog.current_setting('server_version_num')::integer >= 170000
+                THEN pg_catalog.has_table_privilege(s.relid, 'MAINTAIN') ELSE false END)::boolean AS may_vacuum
 FROM pg_catalog.pg_stat_user_tables AS s
 JOIN pg_catalog.pg_class AS c ON c.oid = s.relid
 JOIN pg_catalog.pg_database AS d ON d.datname = current_database()
@@ -41,7 +44,9 @@ type VacuumStateRow struct {
 // process's, as far as this user may see), and whether the current user
 // may VACUUM it (has the privileges of the table owner's role or of the
 // database owner's, as VACUUM checks them: USAGE, so a NOINHERIT member
-// does not count; superusers have every role's), the live rows they count
+// does not count; superusers have every role's; on PostgreSQL 17 and later
+// also the MAINTAIN privilege on it, which db/roles.sql grants
+// leasestore_processor there), the live rows they count
 // (n_live_tup) and whether the table was ever analysed, by ANALYZE or
 // autovacuum (as far as the statistics remember: a reset forgets).
 // pgx.ErrNoRows when there is no such table.

@@ -13,7 +13,40 @@ import (
 )
 
 const outboxClaim = `-- name: OutboxClaim :many
-WITH ready AS (
+WITH RECURSIVE scope AS (
+    -- What the claim leaves out, read once: excluded, the topics it must
+    -- not claim; every, whether it names no topics; plain, whether it
+    -- claims every topic in FIFO order through one index (no topics named,
+    -- none left out). NULL arrays count as empty.
+    SELECT coalesce($1::text[], '{}') AS excluded,
+           coalesce(cardinality($2::text[]), 0) = 0 AS every,
+           coalesce(cardinality($2::text[]), 0) = 0
+               AND coalesce(cardinality($1::text[]), 0) = 0 AS plain
+),
+present(topic) AS (
+    -- The topics that have ready rows, one descent each of
+    -- outbox_messages_topic_ready_idx (a loose index scan): what a claim without
+    -- topics that leaves some out reads, topic by topic.
+    (SELECT m.topic
+     FROM outbox_messages AS m
+     WHERE m.status IN ('pending', 'failed')
+       AND (SELECT every FROM scope) AND NOT (SELECT plain FROM scope)
+     ORDER BY m.topic
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.topic
+            FROM outbox_messages AS m
+            WHERE m.status IN ('pending', 'failed') AND m.topic > p.topic
+            ORDER BY m.topic
+            LIMIT 1)
+    FROM present AS p
+    WHERE p.topic IS NOT NULL
+), topics AS (
+    -- The topics a scoped claim reads: its own, or those present.
+    SELECT t.topic FROM unnest($2::text[]) AS t(topic)
+    UNION ALL
+    SELECT p.topic FROM present AS p WHERE p.topic IS NOT NULL
+), ready_plain AS (
     -- Index order over outbox_messages_ready_idx; visible_after is an index condition.
     -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
@@ -26,11 +59,41 @@ WITH ready AS (
            greatest(m.created_at, m.visible_after) AS due_at
     FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
-      AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
-
+      AND visible_after <= coalesce($3::timestamptz, statement_timestamp())
+      AND (SELECT plain FROM scope)
     ORDER BY created_at, message_id
-    LIMIT $2::integer
+    LIMIT $4::integer
     FOR UPDATE SKIP LOCKED
+), ready_scoped AS (
+    -- Each topic in index order over outbox_messages_topic_ready_idx, at most
+    -- batch_size rows each: other topics' rows cost nothing. picked keeps
+    -- the first batch_size of them in FIFO order; the others stay locked
+    -- only until the statement's transaction ends.
+    SELECT r.message_id, r.created_at, r.unclaimable, r.due_at
+    FROM topics AS t
+    CROSS JOIN LATERAL (
+        SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable,
+               greatest(m.created_at, m.visible_after) AS due_at
+        FROM outbox_messages AS m
+        WHERE m.topic = t.topic
+          AND status IN ('pending', 'failed')
+          AND visible_after <= coalesce($3::timestamptz, statement_timestamp())
+        ORDER BY created_at, message_id
+        LIMIT $4::integer
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+    WHERE NOT (SELECT plain FROM scope)
+      AND t.topic <> ALL((SELECT excluded FROM scope)::text[])
+), ready AS (
+    SELECT message_id, created_at, unclaimable, due_at FROM ready_plain
+    UNION ALL
+    SELECT message_id, created_at, unclaimable, due_at FROM ready_scoped
 ), expired AS (
     -- Index order over outbox_messages_inflight_idx; lease_expires_at is an index condition.
     -- due_at: a reclaimed row became due when its lease expired.
@@ -44,25 +107,27 @@ WITH ready AS (
            m.lease_expires_at AS due_at
     FROM outbox_messages AS m
     WHERE status = 'publishing'
-      AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+      AND lease_expires_at <= coalesce($3::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
       -- the branch reads nothing. A scalar subquery in expiry order rather
       -- than EXISTS, which drops ORDER BY and LIMIT: a generic plan guesses
       -- a third of the table matches and would stop a Seq Scan at the first.
       AND (SELECT l.lease_expires_at
            FROM outbox_messages AS l
-           WHERE l.lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+           WHERE l.lease_expires_at <= coalesce($3::timestamptz, statement_timestamp())
              AND l.lease_owner IS NOT NULL
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
+      AND ((SELECT every FROM scope) OR m.topic = ANY($2::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
-    LIMIT $2::integer
+    LIMIT $4::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT due.message_id, due.unclaimable, due.due_at
     FROM (SELECT message_id, created_at, unclaimable, due_at FROM ready UNION ALL SELECT message_id, created_at, unclaimable, due_at FROM expired) AS due
     ORDER BY due.created_at, due.message_id
-    LIMIT $2::integer
+    LIMIT $4::integer
 ), parked AS (
     -- A picked row the claim cannot take is parked: dead-lettered by this
     -- statement, with the reason in last_error, so that it neither fails
@@ -71,21 +136,25 @@ WITH ready AS (
     -- with the row's lock, so only parked rows cost a lookup here.
     UPDATE outbox_messages AS m
     SET status           = 'dead_lettered',
-        dead_lettered_at = coalesce($1::timestamptz, statement_timestamp()),
+        dead_lettered_at = coalesce($3::timestamptz, statement_timestamp()),
         lease_expires_at = NULL,
         last_error       = 'parked by the claim: ' || picked.unclaimable
     FROM picked
     WHERE picked.unclaimable IS NOT NULL
       AND m.message_id = picked.message_id
+      -- The same rows as an index condition: a generic plan that guesses
+      -- picked large (topic by topic, ready_scoped) still reads them by
+      -- key, never the whole table.
+      AND m.message_id = ANY(ARRAY(SELECT p.message_id FROM picked AS p WHERE p.unclaimable IS NOT NULL))
     RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m
     SET status            = 'publishing',
-        lease_owner       = $3::text,
-        lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $4::interval,
+        lease_owner       = $5::text,
+        lease_expires_at  = coalesce($3::timestamptz, statement_timestamp()) + $6::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce($1::timestamptz, statement_timestamp()),
+        last_attempted_at = coalesce($3::timestamptz, statement_timestamp()),
         -- Only a reclaimed lease (the row was in flight) adds to the history:
         -- a claim of a pending or failed row keeps the column as it is.
         attempts          = CASE WHEN m.status = 'publishing'
@@ -108,20 +177,22 @@ SELECT message_id, message_type, payload, headers, tenant_id,
 FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
-       coalesce($1::timestamptz, statement_timestamp()),
-       coalesce($1::timestamptz, statement_timestamp()), '',
-       coalesce($1::timestamptz, statement_timestamp()),
+       coalesce($3::timestamptz, statement_timestamp()),
+       coalesce($3::timestamptz, statement_timestamp()), '',
+       coalesce($3::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
-       coalesce($1::timestamptz, statement_timestamp())
+       coalesce($3::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id
 `
 
 type OutboxClaimParams struct {
-	Now        *time.Time
-	BatchSize  int32
-	LeaseOwner string
-	LeaseFor   time.Duration
+	ExceptTopics []string
+	Topics       []string
+	Now          *time.Time
+	BatchSize    int32
+	LeaseOwner   string
+	LeaseFor     time.Duration
 }
 
 type OutboxClaimRow struct {
@@ -156,12 +227,19 @@ type OutboxClaimRow struct {
 // (a counter at its type's limit, a non-finite time, headers that are not a
 // JSON object) is parked instead: dead-lettered with the reason as
 // last_error, and returned with parked_reason set; parked_reason is NULL
-// on every claimed row.
+// on every claimed row. With topics (message types on the inbox, topics
+// on the outbox) it claims only those topics' rows, in FIFO order within
+// them, reading each topic through outbox_messages_topic_ready_idx; with
+// except_topics it claims none of those, then reading topic by topic the
+// topics that have ready rows. Both empty: every topic, through
+// outbox_messages_ready_idx.
 // A parked row: message_id, and its last_error as parked_reason; the other
 // columns are placeholders (the same now for every parked row, so that
 // parked rows come out in message_id order).
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
 	rows, err := db.Query(ctx, outboxClaim,
+		arg.ExceptTopics,
+		arg.Topics,
 		arg.Now,
 		arg.BatchSize,
 		arg.LeaseOwner,
@@ -204,9 +282,21 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 }
 
 const outboxClaimTenant = `-- name: OutboxClaimTenant :many
-WITH ready AS (
+WITH RECURSIVE scope AS (
+    -- What the claim leaves out, read once: excluded, the topics it must
+    -- not claim; every, whether it names no topics; plain, whether it
+    -- claims every topic in FIFO order through one index (no topics named,
+    -- none left out). NULL arrays count as empty.
+    SELECT coalesce($1::text[], '{}') AS excluded,
+           coalesce(cardinality($2::text[]), 0) = 0 AS every,
+           coalesce(cardinality($2::text[]), 0) = 0
+               AND coalesce(cardinality($1::text[]), 0) = 0 AS plain
+),
+ready AS (
     -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
-    -- due_at: when the row became due, for the processor's queue lag.
+    -- due_at: when the row became due, for the processor's queue lag. The
+    -- topics are a filter here: a tenant's rows of other topics cost heap
+    -- visits.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
@@ -217,11 +307,12 @@ WITH ready AS (
            greatest(m.created_at, m.visible_after) AS due_at
     FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
-      AND visible_after <= coalesce($1::timestamptz, statement_timestamp())
-      AND tenant_id = $2::text
-
+      AND visible_after <= coalesce($3::timestamptz, statement_timestamp())
+      AND tenant_id = $4::text
+      AND ((SELECT every FROM scope) OR m.topic = ANY($2::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
-    LIMIT $3::integer
+    LIMIT $5::integer
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Index order over outbox_messages_tenant_inflight_idx; lease_expires_at is an index condition.
@@ -236,26 +327,28 @@ WITH ready AS (
            m.lease_expires_at AS due_at
     FROM outbox_messages AS m
     WHERE status = 'publishing'
-      AND lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+      AND lease_expires_at <= coalesce($3::timestamptz, statement_timestamp())
       -- Checked once, through outbox_messages_expiry_idx: while no lease has expired
       -- the branch reads nothing. A scalar subquery in expiry order rather
       -- than EXISTS, which drops ORDER BY and LIMIT: a generic plan guesses
       -- a third of the table matches and would stop a Seq Scan at the first.
       AND (SELECT l.lease_expires_at
            FROM outbox_messages AS l
-           WHERE l.lease_expires_at <= coalesce($1::timestamptz, statement_timestamp())
+           WHERE l.lease_expires_at <= coalesce($3::timestamptz, statement_timestamp())
              AND l.lease_owner IS NOT NULL
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
-      AND tenant_id = $2::text
+      AND tenant_id = $4::text
+      AND ((SELECT every FROM scope) OR m.topic = ANY($2::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
-    LIMIT $3::integer
+    LIMIT $5::integer
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT due.message_id, due.unclaimable, due.due_at
     FROM (SELECT message_id, created_at, unclaimable, due_at FROM ready UNION ALL SELECT message_id, created_at, unclaimable, due_at FROM expired) AS due
     ORDER BY due.created_at, due.message_id
-    LIMIT $3::integer
+    LIMIT $5::integer
 ), parked AS (
     -- A picked row the claim cannot take is parked: dead-lettered by this
     -- statement, with the reason in last_error, so that it neither fails
@@ -264,21 +357,25 @@ WITH ready AS (
     -- with the row's lock, so only parked rows cost a lookup here.
     UPDATE outbox_messages AS m
     SET status           = 'dead_lettered',
-        dead_lettered_at = coalesce($1::timestamptz, statement_timestamp()),
+        dead_lettered_at = coalesce($3::timestamptz, statement_timestamp()),
         lease_expires_at = NULL,
         last_error       = 'parked by the claim: ' || picked.unclaimable
     FROM picked
     WHERE picked.unclaimable IS NOT NULL
       AND m.message_id = picked.message_id
+      -- The same rows as an index condition: a generic plan that guesses
+      -- picked large (topic by topic, ready_scoped) still reads them by
+      -- key, never the whole table.
+      AND m.message_id = ANY(ARRAY(SELECT p.message_id FROM picked AS p WHERE p.unclaimable IS NOT NULL))
     RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m
     SET status            = 'publishing',
-        lease_owner       = $4::text,
-        lease_expires_at  = coalesce($1::timestamptz, statement_timestamp()) + $5::interval,
+        lease_owner       = $6::text,
+        lease_expires_at  = coalesce($3::timestamptz, statement_timestamp()) + $7::interval,
         lease_generation  = m.lease_generation + 1,
         attempt_count     = m.attempt_count + 1,
-        last_attempted_at = coalesce($1::timestamptz, statement_timestamp()),
+        last_attempted_at = coalesce($3::timestamptz, statement_timestamp()),
         -- Only a reclaimed lease (the row was in flight) adds to the history:
         -- a claim of a pending or failed row keeps the column as it is.
         attempts          = CASE WHEN m.status = 'publishing'
@@ -301,21 +398,23 @@ SELECT message_id, message_type, payload, headers, tenant_id,
 FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
-       coalesce($1::timestamptz, statement_timestamp()),
-       coalesce($1::timestamptz, statement_timestamp()), '',
-       coalesce($1::timestamptz, statement_timestamp()),
+       coalesce($3::timestamptz, statement_timestamp()),
+       coalesce($3::timestamptz, statement_timestamp()), '',
+       coalesce($3::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
-       coalesce($1::timestamptz, statement_timestamp())
+       coalesce($3::timestamptz, statement_timestamp())
 FROM parked
 ORDER BY created_at, message_id
 `
 
 type OutboxClaimTenantParams struct {
-	Now        *time.Time
-	TenantID   string
-	BatchSize  int32
-	LeaseOwner string
-	LeaseFor   time.Duration
+	ExceptTopics []string
+	Topics       []string
+	Now          *time.Time
+	TenantID     string
+	BatchSize    int32
+	LeaseOwner   string
+	LeaseFor     time.Duration
 }
 
 type OutboxClaimTenantRow struct {
@@ -345,6 +444,8 @@ type OutboxClaimTenantRow struct {
 // parked rows come out in message_id order).
 func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClaimTenantParams) ([]OutboxClaimTenantRow, error) {
 	rows, err := db.Query(ctx, outboxClaimTenant,
+		arg.ExceptTopics,
+		arg.Topics,
 		arg.Now,
 		arg.TenantID,
 		arg.BatchSize,

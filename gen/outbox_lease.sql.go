@@ -12,14 +12,74 @@ import (
 	"github.com/google/uuid"
 )
 
+const outboxExpirePrevious = `-- name: OutboxExpirePrevious :many
+WITH previous AS (
+    SELECT message_id
+    FROM outbox_messages
+    WHERE status = 'publishing'
+      AND lease_expires_at > coalesce($1::timestamptz, statement_timestamp())
+      AND char_length(lease_owner) = char_length($2::text) + 13
+      AND left(lease_owner, char_length($2::text) + 1) = $2::text || '-'
+      AND lease_owner <> $3::text
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE outbox_messages AS m
+    SET lease_expires_at = coalesce($1::timestamptz, statement_timestamp())
+    FROM previous
+    WHERE m.message_id = previous.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM expired ORDER BY message_id
+`
+
+type OutboxExpirePreviousParams struct {
+	Now        *time.Time
+	OwnerLabel string
+	LeaseOwner string
+}
+
+// OutboxExpirePrevious ends now every unexpired lease of a publishing
+// outbox row whose lease_owner leasing.NewOwner made from owner_label
+// (the label, "-" and 12 hex digits) and that is not lease_owner: the leases
+// of a crashed earlier incarnation of a processor instance. The rows stay
+// publishing, with their lease owner and generation, and become claimable
+// as expired leases: the next claim reclaims them, counts their attempt
+// (the handler may have run before the crash) and appends the expired
+// entry, as after any expiry. Fenced writes of the old lease still match
+// owner and generation until that claim. Rows locked by others are
+// skipped. Returns the expired message_ids in message_id order.
+func (q *Queries) OutboxExpirePrevious(ctx context.Context, db DBTX, arg OutboxExpirePreviousParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxExpirePrevious, arg.Now, arg.OwnerLabel, arg.LeaseOwner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxRelease = `-- name: OutboxRelease :many
 WITH input AS (
     SELECT unnest(($2::text[])::uuid[]) AS message_id,
-           unnest($3::bigint[]) AS lease_generation
+           unnest($3::bigint[]) AS lease_generation,
+           unnest($4::interval[]) AS retry_delay,
+           unnest($5::text[]) AS last_error,
+           unnest($6::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           m.attempts, i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -27,7 +87,8 @@ WITH input AS (
 ), applied AS (
     UPDATE outbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce($4::timestamptz, statement_timestamp()),
+        visible_after    = coalesce($7::timestamptz, statement_timestamp()) + coalesce(l.retry_delay, interval '0'),
+        last_error       = coalesce(l.last_error, m.last_error),
         lease_owner      = NULL,
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
@@ -36,14 +97,24 @@ WITH input AS (
         attempts         = (CASE WHEN jsonb_array_length(m.attempts) < 20 THEN m.attempts
               ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
-            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($4::timestamptz, statement_timestamp()),
-            'outcome', 'released')))
+            'claimed_at', m.last_attempted_at, 'finished_at', coalesce($7::timestamptz, statement_timestamp()),
+            'outcome', 'released', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'publishing'
       AND l.lease_owner = $1::text
       AND l.lease_generation = l.input_generation
-    RETURNING m.message_id
+    RETURNING m.message_id, l.retry_delay
+), due_now AS (
+    SELECT 1 FROM applied AS a WHERE coalesce(a.retry_delay, interval '0') <= interval '0'
+), signalled AS (
+    SELECT pg_notify('outbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('outbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('outbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
 SELECT i.message_id::uuid AS message_id,
        (CASE
@@ -58,12 +129,16 @@ SELECT i.message_id::uuid AS message_id,
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
+LEFT JOIN signalled ON true
 `
 
 type OutboxReleaseParams struct {
 	LeaseOwner       string
 	MessageIds       []string
 	LeaseGenerations []int64
+	RetryDelays      []time.Duration
+	LastErrors       []string
+	AttemptErrors    []string
 	Now              *time.Time
 }
 
@@ -73,17 +148,25 @@ type OutboxReleaseRow struct {
 }
 
 // OutboxRelease gives leases back early for each (message_id, lease_generation)
-// still leased to lease_owner: the row becomes pending and due at once, its
-// lease_owner and lease_expires_at are cleared and the attempt it counted is
-// returned (attempt_count - 1). lease_generation stays, so the released lease
-// is fenced. The attempt's entry is appended to attempts. Outcomes as for
+// still leased to lease_owner: the row becomes pending, its lease_owner and
+// lease_expires_at are cleared and the attempt it counted is returned
+// (attempt_count - 1). lease_generation stays, so the released lease is
+// fenced. The attempt's entry is appended to attempts. Outcomes as for
 // OutboxPublish; already_applied when this lease had already released it, as
 // its entry in attempts says whatever happened after (see OutboxDeadLetter).
+// retry_delays, last_errors and attempt_errors are either empty (Release: due
+// at once, last_error kept; the select list's unnests pad a shorter array
+// with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
+// last_error written, attempt_error in the attempt's entry). A row released
+// due at once notifies the work signal (see the "signal" block).
 func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) ([]OutboxReleaseRow, error) {
 	rows, err := db.Query(ctx, outboxRelease,
 		arg.LeaseOwner,
 		arg.MessageIds,
 		arg.LeaseGenerations,
+		arg.RetryDelays,
+		arg.LastErrors,
+		arg.AttemptErrors,
 		arg.Now,
 	)
 	if err != nil {

@@ -200,3 +200,34 @@ func (q *Queries) OutboxPurgeHeads(ctx context.Context, db DBTX, arg OutboxPurge
 	err := row.Scan(&i.Deleted, &i.Freed)
 	return i, err
 }
+
+const outboxRetained = `-- name: OutboxRetained :one
+SELECT d.published_at AS oldest_done, x.dead_lettered_at AS oldest_dead_lettered,
+       coalesce($1::timestamptz, statement_timestamp())::timestamptz AS now
+FROM (SELECT) AS one
+LEFT JOIN LATERAL (SELECT published_at FROM outbox_messages WHERE status = 'published'
+                   ORDER BY published_at LIMIT 1) AS d ON true
+LEFT JOIN LATERAL (SELECT dead_lettered_at FROM outbox_messages WHERE status = 'dead_lettered'
+                   ORDER BY dead_lettered_at LIMIT 1) AS x ON true
+`
+
+type OutboxRetainedParams struct {
+	Now *time.Time
+}
+
+type OutboxRetainedRow struct {
+	OldestDone         *time.Time
+	OldestDeadLettered *time.Time
+	Now                time.Time
+}
+
+// OutboxRetained returns the finish times of the oldest published and of the
+// oldest dead-lettered outbox rows still stored (NULL when none), and now:
+// what retention has kept. Purge deletes the oldest first, so every row
+// that finished since is stored too. Two descents of the finish-time indexes.
+func (q *Queries) OutboxRetained(ctx context.Context, db DBTX, arg OutboxRetainedParams) (OutboxRetainedRow, error) {
+	row := db.QueryRow(ctx, outboxRetained, arg.Now)
+	var i OutboxRetainedRow
+	err := row.Scan(&i.OldestDone, &i.OldestDeadLettered, &i.Now)
+	return i, err
+}

@@ -45,6 +45,23 @@ func (m *Memory) dueAt(r *Row, leaseFor time.Duration) time.Time {
 	return since.Add(leaseFor)
 }
 
+// inScope reports whether the claim req may take r by its topic (the
+// message type on the inbox): one of req.Topics when it names any, and
+// none of req.ExceptTopics.
+func (m *Memory) inScope(r *Row, req ClaimRequest) bool {
+	topic := m.topic(r)
+	return (len(req.Topics) == 0 || slices.Contains(req.Topics, topic)) && !slices.Contains(req.ExceptTopics, topic)
+}
+
+// topic returns what claims and pauses call r's topic: its Topic on the
+// outbox, its Type on the inbox.
+func (m *Memory) topic(r *Row) string {
+	if m.queue == Inbox {
+		return r.Type
+	}
+	return r.Topic
+}
+
 // ordered returns the rows that keep returns true for, in claim order.
 func (m *Memory) ordered(keep func(*Row) bool) []*Row {
 	var out []*Row
@@ -75,7 +92,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	defer m.mu.Unlock()
 	now := m.clock()
 	due := m.ordered(func(r *Row) bool {
-		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.due(r, now, leaseFor)
+		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.inScope(r, req) && m.due(r, now, leaseFor)
 	})
 	leases := []Lease{}
 	var parked []ParkedRow

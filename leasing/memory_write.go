@@ -115,10 +115,25 @@ func (m *Memory) Release(ctx context.Context, leases ...Lease) (WriteResult, err
 	}), nil
 }
 
-// release gives r's lease back: pending and due at now, lease owner and
-// expiry cleared, the attempt the claim counted returned.
-func release(r *Row, now time.Time) {
-	r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, now, "", nil
+// ReleaseAfter implements Store.ReleaseAfter.
+func (m *Memory) ReleaseAfter(ctx context.Context, failures ...Failure) (WriteResult, error) {
+	if _, err := validateFailures(m.queue, failures); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, err
+	}
+	errText := func(i int) string { return failures[i].Error }
+	return m.write(leasesOf(failures), AttemptReleased, "released", errText, recorded("released"), func(r *Row, i int, now time.Time) {
+		release(r, now.Add(failures[i].RetryAfter.Truncate(time.Microsecond)))
+		r.LastError = SanitizeError(failures[i].Error)
+	}), nil
+}
+
+// release gives r's lease back: pending and due at visibleAfter, lease
+// owner and expiry cleared, the attempt the claim counted returned.
+func release(r *Row, visibleAfter time.Time) {
+	r.Status, r.VisibleAfter, r.LeaseOwner, r.LeaseExpiresAt = StatusPending, visibleAfter, "", nil
 	r.AttemptCount = max(r.AttemptCount-1, 0)
 }
 

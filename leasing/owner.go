@@ -3,6 +3,8 @@ package leasing
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
+	"unicode/utf8"
 )
 
 // MaxOwnerLabelBytes is the longest label NewOwner keeps whole:
@@ -34,4 +36,14 @@ func NewOwner(label string) string {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:]) // crypto/rand.Read never fails on supported platforms
 	return label + "-" + hex.EncodeToString(suffix[:])
+}
+
+// ownerSuffixRunes is the length of NewOwner's suffix, "-" and 12 hex
+// digits.
+const ownerSuffixRunes = 13
+
+// madeFrom reports whether owner has the shape NewOwner(label) gives: the
+// label, "-" and 12 characters (the SQL of ExpirePrevious counts alike).
+func madeFrom(owner, label string) bool {
+	return strings.HasPrefix(owner, label+"-") && utf8.RuneCountInString(owner) == utf8.RuneCountInString(label)+ownerSuffixRunes
 }

@@ -55,10 +55,14 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 // names a tenant.
 func (s *Postgres) claim(r ClaimRequest) result[[]gen.InboxClaimRow] {
 	now, size := s.pinned(), int32(r.BatchSize)
+	topics, except := r.Topics, r.ExceptTopics
 	if r.TenantID != "" {
 		return bind(s.q.claimTenant, gen.InboxClaimTenantParams{
 			Now: now, TenantID: r.TenantID, BatchSize: size, LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+			Topics: topics, ExceptTopics: except,
 		})
 	}
-	return bind(s.q.claim, gen.InboxClaimParams{Now: now, BatchSize: size, LeaseOwner: r.Owner, LeaseFor: r.LeaseFor})
+	return bind(s.q.claim, gen.InboxClaimParams{
+		Now: now, BatchSize: size, LeaseOwner: r.Owner, LeaseFor: r.LeaseFor, Topics: topics, ExceptTopics: except,
+	})
 }

@@ -66,6 +66,31 @@ func TestDoctor(t *testing.T) {
 		require.Contains(t, fields, "oldest_xact_seconds")
 	})
 
+	t.Run("Check/RetainedWindow", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.NewPool(t)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		_, err = store.Enqueue(ctx, leasing.NewMessage{Type: "t", Payload: []byte("x")})
+		require.NoError(t, err)
+		leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 1, LeaseFor: time.Minute})
+		require.NoError(t, err)
+		_, err = store.Complete(ctx, leases...)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "UPDATE inbox_messages SET completed_at = now() - interval '3 hours'")
+		require.NoError(t, err)
+
+		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		require.InDelta(t, (3 * time.Hour).Seconds(), rep.Queues[0].RetainedSeconds, 60)
+		require.Zero(t, rep.Queues[0].RetainedDeadSeconds)
+		var out bytes.Buffer
+		_, err = doctor.Run(ctx, pool, &out, false, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		require.Contains(t, out.String(), "dedup window (finished rows kept) 3h")
+	})
+
 	t.Run("Check/InvalidAndMissingIndexes", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

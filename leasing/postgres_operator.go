@@ -67,11 +67,17 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 	if err := r.validate(); err != nil {
 		return 0, err
 	}
+	return s.purge(ctx, r)
+}
+
+// purge is Purge for a valid r, with lead sent first in each of its
+// transactions (PurgeRetention's turn).
+func (s *Postgres) purge(ctx context.Context, r PurgeRequest, lead ...step) (int, error) {
 	now := s.pinned()
 	purge := bind(s.q.purge, gen.InboxPurgeParams{
 		Now: now, OlderThan: r.OlderThan, IncludeDeadLettered: r.IncludeDeadLettered, BatchSize: int32(r.BatchSize),
 	})
-	if err := s.send(ctx, operator, purge); err != nil {
+	if err := s.send(ctx, operator, slices.Concat(lead, []step{purge})...); err != nil {
 		return 0, fmt.Errorf("leasing: purge %s: %w", s.queue, err)
 	}
 	n := purge.out
@@ -79,7 +85,7 @@ func (s *Postgres) Purge(ctx context.Context, r PurgeRequest) (int, error) {
 		// Dead letters that hold their keys (strict ordering) are purged
 		// with their keys freed and the next messages promoted.
 		heads := bind(s.q.purgeHeads, gen.InboxPurgeHeadsParams{Now: now, OlderThan: r.OlderThan, BatchSize: int32(r.BatchSize) - int32(n)})
-		if err := s.send(ctx, operator, heads, bind(s.q.keyAdvanceVacant, gen.InboxKeyAdvanceVacantParams{Now: now})); err != nil {
+		if err := s.send(ctx, operator, slices.Concat(lead, []step{heads, bind(s.q.keyAdvanceVacant, gen.InboxKeyAdvanceVacantParams{Now: now})})...); err != nil {
 			return int(n), fmt.Errorf("leasing: purge %s (after %d deleted): %w", s.queue, n, err)
 		}
 		n += heads.out.Deleted

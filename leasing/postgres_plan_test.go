@@ -427,6 +427,13 @@ func analyze(t *testing.T, conn *pgx.Conn, q queue) {
 // plan), and returns the plan's root.
 func explainClaim(t *testing.T, conn *pgx.Conn, sql, planMode string) planNode {
 	t.Helper()
+	return explainScopedClaim(t, conn, sql, planMode, "{}", "{}")
+}
+
+// explainScopedClaim is explainClaim with the claim's topics and
+// except_topics, each the text of an array such as {a,b}.
+func explainScopedClaim(t *testing.T, conn *pgx.Conn, sql, planMode, topics, except string) planNode {
+	t.Helper()
 	ctx := t.Context()
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
@@ -438,8 +445,8 @@ func explainClaim(t *testing.T, conn *pgx.Conn, sql, planMode string) planNode {
 	require.NoError(t, err)
 	var out []struct{ Plan planNode }
 	err = tx.QueryRow(ctx, fmt.Sprintf(
-		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(NULL, %d, 'plan-test', '30 seconds')",
-		claimBatch)).Scan(&out)
+		"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan('%s', '%s', NULL, %d, 'plan-test', '30 seconds')",
+		except, topics, claimBatch)).Scan(&out)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "DEALLOCATE claim_plan")
 	require.NoError(t, err)

@@ -162,7 +162,10 @@ func (s *Postgres) processorCalls() []processorCall {
 			bind(s.q.claimTenant, gen.InboxClaimTenantParams{Now: now, LeaseOwner: owner}),
 		}},
 		{"renew", []step{bind(s.q.renew, gen.InboxRenewParams{MessageIds: none, LeaseGenerations: []int64{}, LeaseOwner: owner, Now: now})}},
-		{"release", []step{bind(s.q.release, gen.InboxReleaseParams{MessageIds: none, LeaseGenerations: []int64{}, Now: now, LeaseOwner: owner})}},
+		{"release", []step{bind(s.q.release, gen.InboxReleaseParams{
+			MessageIds: none, LeaseGenerations: []int64{}, RetryDelays: []time.Duration{}, LastErrors: []string{},
+			AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
+		})}},
 		{"release orphans", []step{bind(s.q.releaseOrphans, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: none, Now: now})}},
 		{complete, []step{bind(s.q.complete, gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: none, LeaseGenerations: []int64{}, Now: now})}},
 		{"fail", []step{bind(s.q.fail, gen.InboxFailParams{

@@ -19,6 +19,7 @@ type queries struct {
 	renew            func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
 	release          func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]gen.InboxCompleteRow, error)
 	releaseOrphans   func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
+	expirePrevious   func(context.Context, gen.DBTX, gen.InboxExpirePreviousParams) ([]uuid.UUID, error)
 	complete         func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]gen.InboxCompleteRow, error)
 	fail             func(context.Context, gen.DBTX, gen.InboxFailParams) ([]gen.InboxCompleteRow, error)
 	deadLetter       func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]gen.InboxCompleteRow, error)
@@ -27,6 +28,7 @@ type queries struct {
 	requeueBatch     func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]gen.InboxRequeueBatchRow, error)
 	purge            func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
 	purgeHeads       func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (gen.InboxPurgeHeadsRow, error)
+	retained         func(context.Context, gen.DBTX, gen.InboxRetainedParams) (gen.InboxRetainedRow, error)
 	countByStatus    func(context.Context, gen.DBTX, struct{}) ([]gen.InboxCountByStatusRow, error)
 	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
 	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
@@ -61,6 +63,7 @@ func inboxQueries(q *gen.Queries) queries {
 		renew:            q.InboxRenew,
 		release:          adapt(q.InboxRelease, same, each(func(r gen.InboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		releaseOrphans:   q.InboxReleaseOrphans,
+		expirePrevious:   q.InboxExpirePrevious,
 		complete:         q.InboxComplete,
 		fail:             adapt(q.InboxFail, same, each(func(r gen.InboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		deadLetter:       adapt(q.InboxDeadLetter, same, each(func(r gen.InboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
@@ -69,6 +72,7 @@ func inboxQueries(q *gen.Queries) queries {
 		requeueBatch:     q.InboxRequeueBatch,
 		purge:            q.InboxPurge,
 		purgeHeads:       q.InboxPurgeHeads,
+		retained:         q.InboxRetained,
 		countByStatus:    noParams(q.InboxCountByStatus),
 		leaseHealth:      q.InboxLeaseHealth,
 		get:              q.InboxGet,
@@ -106,6 +110,9 @@ func outboxQueries(q *gen.Queries) queries {
 		releaseOrphans: adapt(q.OutboxReleaseOrphans, func(p gen.InboxReleaseOrphansParams) gen.OutboxReleaseOrphansParams {
 			return gen.OutboxReleaseOrphansParams(p)
 		}, same),
+		expirePrevious: adapt(q.OutboxExpirePrevious, func(p gen.InboxExpirePreviousParams) gen.OutboxExpirePreviousParams {
+			return gen.OutboxExpirePreviousParams(p)
+		}, same),
 		complete: adapt(q.OutboxPublish, func(p gen.InboxCompleteParams) gen.OutboxPublishParams { return gen.OutboxPublishParams(p) },
 			each(func(r gen.OutboxPublishRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
 		fail: adapt(q.OutboxFail, func(p gen.InboxFailParams) gen.OutboxFailParams { return gen.OutboxFailParams(p) },
@@ -124,6 +131,8 @@ func outboxQueries(q *gen.Queries) queries {
 		purge: adapt(q.OutboxPurge, func(p gen.InboxPurgeParams) gen.OutboxPurgeParams { return gen.OutboxPurgeParams(p) }, same),
 		purgeHeads: adapt(q.OutboxPurgeHeads, func(p gen.InboxPurgeHeadsParams) gen.OutboxPurgeHeadsParams { return gen.OutboxPurgeHeadsParams(p) },
 			func(r gen.OutboxPurgeHeadsRow) gen.InboxPurgeHeadsRow { return gen.InboxPurgeHeadsRow(r) }),
+		retained: adapt(q.OutboxRetained, func(p gen.InboxRetainedParams) gen.OutboxRetainedParams { return gen.OutboxRetainedParams(p) },
+			func(r gen.OutboxRetainedRow) gen.InboxRetainedRow { return gen.InboxRetainedRow(r) }),
 		countByStatus: adapt(noParams(q.OutboxCountByStatus), same,
 			each(func(r gen.OutboxCountByStatusRow) gen.InboxCountByStatusRow { return gen.InboxCountByStatusRow(r) })),
 		leaseHealth: adapt(q.OutboxLeaseHealth, func(p gen.InboxLeaseHealthParams) gen.OutboxLeaseHealthParams { return gen.OutboxLeaseHealthParams(p) },

@@ -45,7 +45,21 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 	}
 	f := s.fence(owner, leases)
 	return s.write(ctx, "release", bind(s.q.release, gen.InboxReleaseParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now, LeaseOwner: f.owner,
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: []time.Duration{},
+		LastErrors: []string{}, AttemptErrors: []string{}, Now: f.now, LeaseOwner: f.owner,
+	}), nil)
+}
+
+// ReleaseAfter implements Store.ReleaseAfter.
+func (s *Postgres) ReleaseAfter(ctx context.Context, failures ...Failure) (WriteResult, error) {
+	owner, err := validateFailures(s.queue, failures)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	f := s.failArgs(owner, failures)
+	return s.write(ctx, "release after", bind(s.q.release, gen.InboxReleaseParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	}), nil)
 }
 

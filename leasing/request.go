@@ -2,6 +2,7 @@ package leasing
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,12 @@ const (
 	// MaxIdempotencyKeyBytes is the longest idempotency key, in bytes (an
 	// index key).
 	MaxIdempotencyKeyBytes = 256
+	// MaxClaimTopics is the most topics one ClaimRequest names in Topics,
+	// and the most in ExceptTopics.
+	MaxClaimTopics = 100
+	// MaxTopicBytes is the longest topic (or message type) a ClaimRequest
+	// or a PauseRequest names, in bytes.
+	MaxTopicBytes = 256
 )
 
 // ClaimRequest asks for leases on up to BatchSize due messages.
@@ -42,6 +49,21 @@ type ClaimRequest struct {
 	LeaseFor time.Duration
 	// TenantID, when not empty, claims only that tenant's rows.
 	TenantID string
+	// Topics, when not empty, claims only messages of these topics, in
+	// FIFO order within them. On the outbox a message's topic is its
+	// NewMessage.Topic; on the inbox, which has no topics, it is its
+	// NewMessage.Type: both name what a message is for, and one field lets
+	// a processor serve either queue by the same option. Each is 1..
+	// MaxTopicBytes bytes of UTF-8 without NUL, none twice, at most
+	// MaxClaimTopics; messages of the empty topic (or type) are claimed
+	// only by a claim without Topics. A claim reads each topic's due rows
+	// through its own index (db migration 00020): its cost grows with
+	// len(Topics) x BatchSize, not with other topics' backlog.
+	Topics []string
+	// ExceptTopics claims no message of these topics (types on the inbox),
+	// with the same rules as Topics; a topic may not be in both. A
+	// processor's per-topic breaker stops claiming a topic this way.
+	ExceptTopics []string
 }
 
 // Validate returns nil when r can run.
@@ -62,6 +84,51 @@ func (r ClaimRequest) Validate() error {
 	}
 	if len(r.TenantID) > MaxTenantIDBytes {
 		return argumentError("tenant id", "must be at most %d bytes, got %d", MaxTenantIDBytes, len(r.TenantID))
+	}
+	if err := validateTopics("topics", r.Topics); err != nil {
+		return err
+	}
+	if err := validateTopics("except topics", r.ExceptTopics); err != nil {
+		return err
+	}
+	for _, t := range r.ExceptTopics {
+		if slices.Contains(r.Topics, t) {
+			return argumentError("except topics", "must not name a topic of topics, got %q in both", t)
+		}
+	}
+	return nil
+}
+
+// validateTopics checks a list of topics (message types on the inbox):
+// at most MaxClaimTopics, each 1..MaxTopicBytes bytes of UTF-8 without NUL,
+// none twice.
+func validateTopics(field string, topics []string) error {
+	if len(topics) > MaxClaimTopics {
+		return argumentError(field, "must name at most %d topics, got %d", MaxClaimTopics, len(topics))
+	}
+	seen := make(map[string]bool, len(topics))
+	for i, t := range topics {
+		if err := validateTopic(field, t); err != nil {
+			return err
+		}
+		if seen[t] {
+			return argumentError(field, "must not name a topic twice, got %q at %d", t, i)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// validateTopic checks one topic (a message type on the inbox): 1..
+// MaxTopicBytes bytes of UTF-8 without NUL.
+func validateTopic(field, t string) error {
+	switch {
+	case t == "":
+		return argumentError(field, "must not hold an empty topic")
+	case len(t) > MaxTopicBytes:
+		return argumentError(field, "must hold topics of at most %d bytes, got %d", MaxTopicBytes, len(t))
+	case !validText(t):
+		return argumentError(field, "must hold topics of UTF-8 without NUL")
 	}
 	return nil
 }

@@ -66,6 +66,17 @@ type Store interface {
 	// counted is returned. The generation stays, so the lease is fenced.
 	Release(ctx context.Context, leases ...Lease) (WriteResult, error)
 
+	// ReleaseAfter releases each failure's lease as Release does (pending,
+	// attempt returned, lease owner and expiry cleared, generation kept),
+	// but the message is due RetryAfter (0..MaxDelay) after the store's now
+	// and Error is its last error (sanitized as for Fail) and its attempt
+	// entry's. It is the write of an attempt that failed without spending
+	// the attempt: the destination asked to wait, or was unavailable. A
+	// keyed head stays its key's head. Outcomes as for Release; a retried
+	// ReleaseAfter or Release of the same lease reports
+	// OutcomeAlreadyApplied.
+	ReleaseAfter(ctx context.Context, failures ...Failure) (WriteResult, error)
+
 	// ReleaseOrphans releases, as Release does, every unexpired lease of
 	// owner not in held: those of claims whose reply never reached owner.
 	// An expired lease is left to be reclaimed with its attempt counted

@@ -3,7 +3,8 @@
 # stress_*test.go, fault_*test.go; integration/differential) and prints
 # their figures:
 #
-#   1. TestStress (100,000 messages per queue, 16 workers), TestFaultChaos
+#   1. TestStress (100,000 messages per queue, 16 workers), TestStressOutageHour
+#      (an hour's broker outage at the default policies, on Memory's clock), TestFaultChaos
 #      (20,000 messages per fault: terminated backends, dropped replies,
 #      crashing workers) and TestDifferential (200 seeds x 300 operations);
 #   2. TestFaultServerRestart alone: it restarts the shared PostgreSQL
@@ -26,7 +27,7 @@ export LEASESTORE_STRESS=1
 race=()
 if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
 
-figures() { grep -E '^\s+(stress_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
+figures() { grep -E '^\s+(stress_test|stress_outage_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
 
 echo "== stress, chaos and differential (long forms)"
 go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./reliability/ ./differential/ 2>&1 | figures

@@ -147,12 +147,19 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	olderThan := durationFlag(fs, "older-than", 0, "minimum age of the completion/publication time (required)")
 	batch := fs.Int("batch", 1000, fmt.Sprintf("most rows one statement deletes, 1..%d", leasing.MaxBatchSize))
 	includeDead := fs.Bool("include-dead-lettered", false, "also delete dead-lettered messages, by dead-letter time")
+	deadOlderThan := fs.Duration("dead-lettered-older-than", 0, "apply a retention policy: also delete dead letters older than this, >= --older-than")
+	minWindow := fs.Duration("min-dedup-window", 0, "apply a retention policy: refuse an --older-than (the inbox's dedup window) shorter than this")
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
 	q, err := parseQueue(*queue)
 	if err != nil {
 		return err
+	}
+	if *deadOlderThan != 0 || *minWindow != 0 {
+		return runRetention(ctx, c, q, leasing.RetentionPolicy{
+			Finished: *olderThan, DeadLettered: *deadOlderThan, MinDedupWindow: *minWindow, BatchSize: *batch,
+		})
 	}
 	req := leasing.PurgeRequest{OlderThan: *olderThan, BatchSize: *batch, IncludeDeadLettered: *includeDead}
 
@@ -186,6 +193,39 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 	}
 	noun := fmt.Sprintf("%s %s message", kinds, q)
 	fmt.Fprintf(c.stdout, "purged %s older than %s\n", plural.Count(total, noun, noun+"s"), *olderThan)
+	return nil
+}
+
+// runRetention is "leasectl purge" with a retention policy: PurgeRetention
+// until a call deletes less than a batch of each kind, in the queue's
+// retention turn (one runner at a time with processors applying one).
+func runRetention(ctx context.Context, c *cli, q leasing.Queue, p leasing.RetentionPolicy) error {
+	p, err := p.Resolve()
+	if err != nil {
+		return err
+	}
+	store, err := c.lazyStore(q)
+	if err != nil {
+		return err
+	}
+	defer store.Pool().Close()
+	var total leasing.RetentionResult
+	for {
+		res, err := store.PurgeRetention(ctx, p)
+		total.Finished += res.Finished
+		total.DeadLettered += res.DeadLettered
+		if err != nil {
+			return fmt.Errorf("after deleting %s: %w", plural.Count(total.Finished+total.DeadLettered, "message", "messages"), c.storeError(err))
+		}
+		if res.Finished < p.BatchSize && res.DeadLettered < p.BatchSize {
+			break
+		}
+	}
+	fmt.Fprintf(c.stdout, "purged %d finished %s messages older than %s", total.Finished, q, p.Finished)
+	if p.DeadLettered > 0 {
+		fmt.Fprintf(c.stdout, " and %d dead-lettered (or finished) older than %s", total.DeadLettered, p.DeadLettered)
+	}
+	fmt.Fprintln(c.stdout)
 	return nil
 }
 

@@ -79,6 +79,35 @@ func TestRequeue(t *testing.T) {
 	require.Empty(t, row.LastError)
 }
 
+// TestPurgeRetention: purge with a retention policy deletes finished rows
+// and dead letters each past its own window, and refuses a window shorter
+// than the min dedup window before connecting.
+func TestPurgeRetention(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	store := storeFor(t, url, leasing.Inbox)
+	ctx := t.Context()
+	requireOK(t, "enqueue", "--queue", "inbox", "--count", "3", "--database-url", url)
+	leases, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "test", BatchSize: 3, LeaseFor: time.Minute})
+	require.NoError(t, err)
+	_, err = store.Complete(ctx, leases[:2]...)
+	require.NoError(t, err)
+	_, err = store.DeadLetter(ctx, leasing.Failure{Lease: leases[2], Error: "boom"})
+	require.NoError(t, err)
+
+	r := leasectl(t, "purge", "--queue", "inbox", "--older-than", "1m", "--min-dedup-window", "1h", "--database-url", url)
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "shorter than the min dedup window")
+
+	out := requireOK(t, "purge", "--queue", "inbox", "--older-than", "1us", "--dead-lettered-older-than", "1h", "--database-url", url)
+	require.Contains(t, out, "purged 2 finished inbox messages older than 1µs and 0 dead-lettered")
+	st := stats(t, url)["inbox"].Depth
+	require.Equal(t, int64(0), st["completed"])
+	require.Equal(t, int64(1), st["dead_lettered"], "the dead letter is younger than its window")
+	out = requireOK(t, "purge", "--queue", "inbox", "--older-than", "1us", "--dead-lettered-older-than", "1us", "--database-url", url)
+	require.Contains(t, out, "and 1 dead-lettered")
+}
+
 // TestPurge purges finished messages in batches and keeps active and (by default) dead-lettered ones.
 func TestPurge(t *testing.T) {
 	t.Parallel()

@@ -3,20 +3,28 @@
 ;
 
 -- InboxRelease gives leases back early for each (message_id, lease_generation)
--- still leased to lease_owner: the row becomes pending and due at once, its
--- lease_owner and lease_expires_at are cleared and the attempt it counted is
--- returned (attempt_count - 1). lease_generation stays, so the released lease
--- is fenced. The attempt's entry is appended to attempts. Outcomes as for
+-- still leased to lease_owner: the row becomes pending, its lease_owner and
+-- lease_expires_at are cleared and the attempt it counted is returned
+-- (attempt_count - 1). lease_generation stays, so the released lease is
+-- fenced. The attempt's entry is appended to attempts. Outcomes as for
 -- InboxComplete; already_applied when this lease had already released it, as
 -- its entry in attempts says whatever happened after (see InboxDeadLetter).
+-- retry_delays, last_errors and attempt_errors are either empty (Release: due
+-- at once, last_error kept; the select list's unnests pad a shorter array
+-- with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
+-- last_error written, attempt_error in the attempt's entry). A row released
+-- due at once notifies the work signal (see the "signal" block).
 -- name: InboxRelease :many
 WITH input AS (
     SELECT unnest((@message_ids::text[])::uuid[]) AS message_id,
-           unnest(@lease_generations::bigint[]) AS lease_generation
+           unnest(@lease_generations::bigint[]) AS lease_generation,
+           unnest(@retry_delays::interval[]) AS retry_delay,
+           unnest(@last_errors::text[]) AS last_error,
+           unnest(@attempt_errors::text[]) AS attempt_error
 ), locked AS (
     -- As in InboxComplete: locked in key order, and the fence reads these values.
     SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
-           m.attempts, i.lease_generation AS input_generation
+           m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM inbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -24,7 +32,8 @@ WITH input AS (
 ), applied AS (
     UPDATE inbox_messages AS m
     SET status           = 'pending',
-        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
+        visible_after    = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) + coalesce(l.retry_delay, interval '0'),
+        last_error       = coalesce(l.last_error, m.last_error),
         lease_owner      = NULL,
         lease_expires_at = NULL,
         attempt_count    = greatest(m.attempt_count - 1, 0),
@@ -34,13 +43,23 @@ WITH input AS (
               ELSE jsonb_path_query_array(m.attempts, '$[last - 18 to last]') END) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'attempt', m.attempt_count, 'generation', m.lease_generation, 'owner', m.lease_owner,
             'claimed_at', m.last_attempted_at, 'finished_at', coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-            'outcome', 'released')))
+            'outcome', 'released', 'error', nullif(l.attempt_error, ''))))
     FROM locked AS l
     WHERE m.message_id = l.message_id
       AND l.status = 'processing'
       AND l.lease_owner = @lease_owner::text
       AND l.lease_generation = l.input_generation
-    RETURNING m.message_id
+    RETURNING m.message_id, l.retry_delay
+), due_now AS (
+    SELECT 1 FROM applied AS a WHERE coalesce(a.retry_delay, interval '0') <= interval '0'
+), signalled AS (
+    SELECT pg_notify('inbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('inbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('inbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
 SELECT i.message_id::uuid AS message_id,
        (CASE
@@ -54,7 +73,8 @@ SELECT i.message_id::uuid AS message_id,
        END)::text AS outcome
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
-LEFT JOIN applied AS a ON a.message_id = i.message_id;
+LEFT JOIN applied AS a ON a.message_id = i.message_id
+LEFT JOIN signalled ON true;
 
 -- InboxReleaseOrphans releases every processing inbox row leased to
 -- lease_owner whose lease has not expired at now and whose message_id is not
@@ -95,6 +115,36 @@ WITH orphans AS (
     RETURNING m.message_id
 )
 SELECT message_id FROM released ORDER BY message_id;
+
+-- InboxExpirePrevious ends now every unexpired lease of a processing
+-- inbox row whose lease_owner leasing.NewOwner made from owner_label
+-- (the label, "-" and 12 hex digits) and that is not lease_owner: the leases
+-- of a crashed earlier incarnation of a processor instance. The rows stay
+-- processing, with their lease owner and generation, and become claimable
+-- as expired leases: the next claim reclaims them, counts their attempt
+-- (the handler may have run before the crash) and appends the expired
+-- entry, as after any expiry. Fenced writes of the old lease still match
+-- owner and generation until that claim. Rows locked by others are
+-- skipped. Returns the expired message_ids in message_id order.
+-- name: InboxExpirePrevious :many
+WITH previous AS (
+    SELECT message_id
+    FROM inbox_messages
+    WHERE status = 'processing'
+      AND lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+      AND char_length(lease_owner) = char_length(@owner_label::text) + 13
+      AND left(lease_owner, char_length(@owner_label::text) + 1) = @owner_label::text || '-'
+      AND lease_owner <> @lease_owner::text
+    ORDER BY message_id
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE inbox_messages AS m
+    SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+    FROM previous
+    WHERE m.message_id = previous.message_id
+    RETURNING m.message_id
+)
+SELECT message_id FROM expired ORDER BY message_id;
 
 -- InboxRenew extends lease_expires_at to now + lease_for for each
 -- (message_id, lease_generation) still leased to lease_owner whose lease has

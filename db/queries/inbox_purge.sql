@@ -125,3 +125,18 @@ WITH locked AS (
     RETURNING k.ordering_key
 )
 SELECT d.message_id FROM deleted AS d ORDER BY d.message_id;
+
+-- InboxRetained returns the finish times of the oldest completed and of the
+-- oldest dead-lettered inbox rows still stored (NULL when none), and now:
+-- what retention has kept. Purge deletes the oldest first, so every row
+-- that finished since is stored too, and its idempotency key still
+-- turns a second enqueue into a duplicate: the inbox's effective dedup
+-- window. Two descents of the finish-time indexes.
+-- name: InboxRetained :one
+SELECT d.completed_at AS oldest_done, x.dead_lettered_at AS oldest_dead_lettered,
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())::timestamptz AS now
+FROM (SELECT) AS one
+LEFT JOIN LATERAL (SELECT completed_at FROM inbox_messages WHERE status = 'completed'
+                   ORDER BY completed_at LIMIT 1) AS d ON true
+LEFT JOIN LATERAL (SELECT dead_lettered_at FROM inbox_messages WHERE status = 'dead_lettered'
+                   ORDER BY dead_lettered_at LIMIT 1) AS x ON true;

@@ -14,9 +14,47 @@
 -- (a counter at its type's limit, a non-finite time, headers that are not a
 -- JSON object) is parked instead: dead-lettered with the reason as
 -- last_error, and returned with parked_reason set; parked_reason is NULL
--- on every claimed row.
+-- on every claimed row. With topics (message types on the inbox, topics
+-- on the outbox) it claims only those topics' rows, in FIFO order within
+-- them, reading each topic through outbox_messages_topic_ready_idx; with
+-- except_topics it claims none of those, then reading topic by topic the
+-- topics that have ready rows. Both empty: every topic, through
+-- outbox_messages_ready_idx.
 -- name: OutboxClaim :many
-WITH ready AS (
+WITH RECURSIVE scope AS (
+    -- What the claim leaves out, read once: excluded, the topics it must
+    -- not claim; every, whether it names no topics; plain, whether it
+    -- claims every topic in FIFO order through one index (no topics named,
+    -- none left out). NULL arrays count as empty.
+    SELECT coalesce(@except_topics::text[], '{}') AS excluded,
+           coalesce(cardinality(@topics::text[]), 0) = 0 AS every,
+           coalesce(cardinality(@topics::text[]), 0) = 0
+               AND coalesce(cardinality(@except_topics::text[]), 0) = 0 AS plain
+),
+present(topic) AS (
+    -- The topics that have ready rows, one descent each of
+    -- outbox_messages_topic_ready_idx (a loose index scan): what a claim without
+    -- topics that leaves some out reads, topic by topic.
+    (SELECT m.topic
+     FROM outbox_messages AS m
+     WHERE m.status IN ('pending', 'failed')
+       AND (SELECT every FROM scope) AND NOT (SELECT plain FROM scope)
+     ORDER BY m.topic
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.topic
+            FROM outbox_messages AS m
+            WHERE m.status IN ('pending', 'failed') AND m.topic > p.topic
+            ORDER BY m.topic
+            LIMIT 1)
+    FROM present AS p
+    WHERE p.topic IS NOT NULL
+), topics AS (
+    -- The topics a scoped claim reads: its own, or those present.
+    SELECT t.topic FROM unnest(@topics::text[]) AS t(topic)
+    UNION ALL
+    SELECT p.topic FROM present AS p WHERE p.topic IS NOT NULL
+), ready_plain AS (
     -- Index order over outbox_messages_ready_idx; visible_after is an index condition.
     -- due_at: when the row became due, for the processor's queue lag.
     SELECT message_id, created_at, CASE
@@ -30,10 +68,40 @@ WITH ready AS (
     FROM outbox_messages AS m
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
-
+      AND (SELECT plain FROM scope)
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
+), ready_scoped AS (
+    -- Each topic in index order over outbox_messages_topic_ready_idx, at most
+    -- batch_size rows each: other topics' rows cost nothing. picked keeps
+    -- the first batch_size of them in FIFO order; the others stay locked
+    -- only until the statement's transaction ends.
+    SELECT r.*
+    FROM topics AS t
+    CROSS JOIN LATERAL (
+        SELECT message_id, created_at, CASE
+           WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
+           WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
+           WHEN NOT isfinite(m.created_at) THEN 'created_at is not a finite time: ' || m.created_at::text
+           WHEN NOT isfinite(m.visible_after) THEN 'visible_after is not a finite time: ' || m.visible_after::text
+           WHEN jsonb_typeof(m.headers) <> 'object' THEN 'headers are a JSON ' || jsonb_typeof(m.headers) || ', not an object'
+       END AS unclaimable,
+               greatest(m.created_at, m.visible_after) AS due_at
+        FROM outbox_messages AS m
+        WHERE m.topic = t.topic
+          AND status IN ('pending', 'failed')
+          AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
+        ORDER BY created_at, message_id
+        LIMIT @batch_size::integer
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+    WHERE NOT (SELECT plain FROM scope)
+      AND t.topic <> ALL((SELECT excluded FROM scope)::text[])
+), ready AS (
+    SELECT * FROM ready_plain
+    UNION ALL
+    SELECT * FROM ready_scoped
 ), expired AS (
     -- Index order over outbox_messages_inflight_idx; lease_expires_at is an index condition.
     -- due_at: a reclaimed row became due when its lease expired.
@@ -58,6 +126,8 @@ WITH ready AS (
              AND l.lease_owner IS NOT NULL
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
+      AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -80,6 +150,10 @@ WITH ready AS (
     FROM picked
     WHERE picked.unclaimable IS NOT NULL
       AND m.message_id = picked.message_id
+      -- The same rows as an index condition: a generic plan that guesses
+      -- picked large (topic by topic, ready_scoped) still reads them by
+      -- key, never the whole table.
+      AND m.message_id = ANY(ARRAY(SELECT p.message_id FROM picked AS p WHERE p.unclaimable IS NOT NULL))
     RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m
@@ -125,9 +199,21 @@ ORDER BY created_at, message_id;
 -- OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
 -- through the tenant's own claim indexes.
 -- name: OutboxClaimTenant :many
-WITH ready AS (
+WITH RECURSIVE scope AS (
+    -- What the claim leaves out, read once: excluded, the topics it must
+    -- not claim; every, whether it names no topics; plain, whether it
+    -- claims every topic in FIFO order through one index (no topics named,
+    -- none left out). NULL arrays count as empty.
+    SELECT coalesce(@except_topics::text[], '{}') AS excluded,
+           coalesce(cardinality(@topics::text[]), 0) = 0 AS every,
+           coalesce(cardinality(@topics::text[]), 0) = 0
+               AND coalesce(cardinality(@except_topics::text[]), 0) = 0 AS plain
+),
+ready AS (
     -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
-    -- due_at: when the row became due, for the processor's queue lag.
+    -- due_at: when the row became due, for the processor's queue lag. The
+    -- topics are a filter here: a tenant's rows of other topics cost heap
+    -- visits.
     SELECT message_id, created_at, CASE
            WHEN m.attempt_count >= 2147483647 THEN 'attempt_count is at its limit (2147483647)'
            WHEN m.lease_generation >= 9223372036854775807 THEN 'lease_generation is at its limit (9223372036854775807)'
@@ -140,7 +226,8 @@ WITH ready AS (
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       AND tenant_id = @tenant_id::text
-
+      AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -169,6 +256,8 @@ WITH ready AS (
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
       AND tenant_id = @tenant_id::text
+      AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
+      AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
     LIMIT @batch_size::integer
     FOR UPDATE SKIP LOCKED
@@ -191,6 +280,10 @@ WITH ready AS (
     FROM picked
     WHERE picked.unclaimable IS NOT NULL
       AND m.message_id = picked.message_id
+      -- The same rows as an index condition: a generic plan that guesses
+      -- picked large (topic by topic, ready_scoped) still reads them by
+      -- key, never the whole table.
+      AND m.message_id = ANY(ARRAY(SELECT p.message_id FROM picked AS p WHERE p.unclaimable IS NOT NULL))
     RETURNING m.message_id, m.last_error
 ), claimed AS (
     UPDATE outbox_messages AS m

@@ -70,7 +70,8 @@ LEFT JOIN applied AS a ON true;
 -- numbers start again) appended to it. Rows in any other status are left
 -- alone. A keyed row that holds its key (strict_ordering) is its key's head
 -- again; any other keyed row rejoins its key's line at the tail (see the
--- "requeue" block). Returns the requeued message_ids in message_id order.
+-- "requeue" block). Requeued rows notify the work signal (the "signal"
+-- block). Returns the requeued message_ids in message_id order.
 -- name: OutboxRequeue :many
 WITH locked AS (
     -- Found through the primary key and locked in key order (the lock
@@ -133,8 +134,18 @@ WITH locked AS (
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id
+), due_now AS (
+    SELECT 1 FROM requeued
+), signalled AS (
+    SELECT pg_notify('outbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('outbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('outbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
-SELECT message_id FROM requeued ORDER BY message_id;
+SELECT message_id FROM requeued LEFT JOIN signalled ON true ORDER BY message_id;
 
 -- OutboxRequeueBatch requeues, as OutboxRequeue does, up to max_rows of the
 -- oldest outbox dead letters whose dead_lettered_at is at or before
@@ -207,10 +218,21 @@ WITH picked AS (
     WHERE m.message_id = l.message_id
       AND l.status = 'dead_lettered'
     RETURNING m.message_id
+), due_now AS (
+    SELECT 1 FROM requeued
+), signalled AS (
+    SELECT pg_notify('outbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('outbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('outbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
 SELECT l.message_id, (r.message_id IS NOT NULL)::boolean AS requeued,
        coalesce(sqlc.narg('dead_lettered_before')::timestamptz,
                 sqlc.narg('now')::timestamptz, statement_timestamp())::timestamptz AS requeued_before
 FROM locked AS l
 LEFT JOIN requeued AS r ON r.message_id = l.message_id
+LEFT JOIN signalled ON true
 ORDER BY l.message_id;

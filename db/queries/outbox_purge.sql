@@ -125,3 +125,16 @@ WITH locked AS (
     RETURNING k.ordering_key
 )
 SELECT d.message_id FROM deleted AS d ORDER BY d.message_id;
+
+-- OutboxRetained returns the finish times of the oldest published and of the
+-- oldest dead-lettered outbox rows still stored (NULL when none), and now:
+-- what retention has kept. Purge deletes the oldest first, so every row
+-- that finished since is stored too. Two descents of the finish-time indexes.
+-- name: OutboxRetained :one
+SELECT d.published_at AS oldest_done, x.dead_lettered_at AS oldest_dead_lettered,
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())::timestamptz AS now
+FROM (SELECT) AS one
+LEFT JOIN LATERAL (SELECT published_at FROM outbox_messages WHERE status = 'published'
+                   ORDER BY published_at LIMIT 1) AS d ON true
+LEFT JOIN LATERAL (SELECT dead_lettered_at FROM outbox_messages WHERE status = 'dead_lettered'
+                   ORDER BY dead_lettered_at LIMIT 1) AS x ON true;

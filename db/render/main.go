@@ -54,6 +54,9 @@ type queue struct {
 	// KeyAndTopic selects idempotency_key and topic, the columns only one
 	// table has, as two columns of both row shapes.
 	KeyAndTopic string
+	// TopicColumn is the column a claim's topics (ClaimRequest.Topics)
+	// match: message_type on the inbox, topic on the outbox.
+	TopicColumn string
 	// Column is the enqueued column only this table has (idempotency_key,
 	// topic), and ColumnValue its value from the unnested input i.
 	Column, ColumnValue string
@@ -70,13 +73,14 @@ var queues = []queue{
 	{
 		Name: "Inbox", Noun: "inbox", Table: "inbox_messages", Keys: "inbox_ordering_keys",
 		InFlight: "processing", Done: "completed", DoneAt: "completed_at", Complete: "InboxComplete",
-		KeyAndTopic: "idempotency_key, ''::text AS topic,", Column: "idempotency_key",
+		KeyAndTopic: "idempotency_key, ''::text AS topic,", Column: "idempotency_key", TopicColumn: "message_type",
 		ColumnValue: "nullif(i.idempotency_key, '')", Inbox: true,
 	},
 	{
 		Name: "Outbox", Noun: "outbox", Table: "outbox_messages", Keys: "outbox_ordering_keys",
 		InFlight: "publishing", Done: "published", DoneAt: "published_at", Complete: "OutboxPublish",
 		KeyAndTopic: "NULL::text AS idempotency_key, topic,", Column: "topic", ColumnValue: "i.topic",
+		TopicColumn: "topic",
 	},
 }
 

@@ -9,8 +9,11 @@
 // lease, a retry after a failed first delivery, OpenTelemetry counters,
 // histograms and queue depth gauges, the trace of one message from its
 // enqueue to its outcome (trace.go), and ordering keys (ordering.go): a
-// keyed queue keeps each key's order while a key's head fails and retries.
-// It exits 1 when a check fails.
+// keyed queue keeps each key's order while a key's head fails and retries,
+// and a broker outage (outage.go): the relay's handler says Unavailable,
+// the breaker stops the claims and probes, and once the broker is back
+// every event is published in order, none dead-lettered. It exits 1 when
+// a check fails.
 //
 // It works in a database of its own, leasestore_demo_<random>, created on
 // the server of -database-url (default $DATABASE_URL, else the local
@@ -144,6 +147,9 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 
 	if problems, err := runOrdering(ctx, out, pool, cfg); err != nil || len(problems) > 0 {
 		return errors.Join(err, errors.New(fmt.Sprint("ordering keys: ", problems)))
+	}
+	if problems, err := runOutage(ctx, out, pool, cfg); err != nil || len(problems) > 0 {
+		return errors.Join(err, errors.New(fmt.Sprint("broker outage: ", problems)))
 	}
 
 	if len(failed) > 0 {

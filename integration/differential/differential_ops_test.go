@@ -37,7 +37,7 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 				m.ID = msgs[i-1].ID // twice in one batch: an argument error
 			}
 		}
-		m.Type = oneOf(r, "", "order.created")
+		m.Type = oneOf(r, "", "order.created", "order.paid")
 		if r.c.intn(3) > 0 {
 			m.Payload = []byte{byte(r.c.intn(256)), 0, byte(i)}
 		}
@@ -46,7 +46,7 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 		if q == leasing.Inbox {
 			m.IdempotencyKey = oneOf(r, "", "", "", "k1", "k2")
 		} else {
-			m.Topic = oneOf(r, "", "orders")
+			m.Topic = oneOf(r, "", "orders", "payments")
 		}
 		m.OrderingKey = oneOf(r, diffOrderingKeys...)
 		m.Delay = oneOf(r, diffDelays...)
@@ -90,7 +90,20 @@ func (r *diffRun) claim(q leasing.Queue) {
 	if r.c.intn(30) == 0 {
 		req.BatchSize = 0
 	}
-	r.log("%s claim owner=%s batch=%d lease=%s tenant=%q", q, req.Owner, req.BatchSize, req.LeaseFor, req.TenantID)
+	// The claim's topics: the inbox's message types, the outbox's topics.
+	topics := []string{"orders", "payments"}
+	if q == leasing.Inbox {
+		topics = []string{"order.created", "order.paid"}
+	}
+	switch r.c.intn(6) {
+	case 0:
+		req.Topics = topics[:1]
+	case 1:
+		req.Topics = topics
+	case 2:
+		req.ExceptTopics = topics[1:]
+	}
+	r.log("%s claim owner=%s batch=%d lease=%s tenant=%q topics=%q except=%q", q, req.Owner, req.BatchSize, req.LeaseFor, req.TenantID, req.Topics, req.ExceptTopics)
 	ml, merr := r.mem[q].Claim(r.ctx, req)
 	pl, perr := r.pg[q].Claim(r.ctx, req)
 	r.same("claim error", errKind(merr), errKind(perr))
@@ -242,14 +255,20 @@ func (r *diffRun) failures(name string, retry bool) func(leasing.Store, []leasin
 		for i, l := range ls {
 			fs[i] = leasing.Failure{Lease: l, RetryAfter: delays[i], Error: texts[i]}
 		}
-		if name == "fail" {
+		switch name {
+		case "fail":
 			return s.Fail(r.ctx, fs...)
+		case "release-after":
+			return s.ReleaseAfter(r.ctx, fs...)
 		}
 		return s.DeadLetter(r.ctx, fs...)
 	}
 }
 
 func (r *diffRun) fail(q leasing.Queue) { r.write(q, "fail", r.failures("fail", true)) }
+func (r *diffRun) releaseAfter(q leasing.Queue) {
+	r.write(q, "release-after", r.failures("release-after", true))
+}
 func (r *diffRun) deadLetter(q leasing.Queue) {
 	r.write(q, "dead-letter", r.failures("dead-letter", false))
 }

@@ -141,6 +141,7 @@ var diffOps = []struct {
 	{"claim", 20, (*diffRun).claim},
 	{"renew", 8, (*diffRun).renew},
 	{"release", 5, (*diffRun).release},
+	{"release-after", 4, (*diffRun).releaseAfter},
 	{"complete", 10, (*diffRun).complete},
 	{"fail", 8, (*diffRun).fail},
 	{"dead-letter", 5, (*diffRun).deadLetter},

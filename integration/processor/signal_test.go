@@ -306,3 +306,50 @@ func TestIdleProcessorIsQuiet(t *testing.T) {
 		require.Zero(t, sent, "an idle processor sends nothing within its poll ceiling")
 	}
 }
+
+// TestWorkSignalOnReleaseAndRequeue: a Release and a Requeue make rows due
+// at once and notify the work signal, one notification per statement (the
+// budget is read, not spent, and nothing else notifies here); a
+// ReleaseAfter with a delay makes nothing due and notifies nothing.
+func TestWorkSignalOnReleaseAndRequeue(t *testing.T) {
+	t.Parallel()
+	for _, q := range e2eQueues {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			b := e2eSetup(t, q)
+			ctx := context.Background()
+			counter := newSignalCounter(t, b.url, b.store.Pool(), q)
+			ids := b.enqueueN(t, 3)
+			require.Equal(t, 1, counter.count(t), "the enqueue")
+			ls := b.rawClaim(t, "w", 3)
+			require.Len(t, ls, 3)
+
+			res, err := b.store.Release(ctx, ls[0])
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
+			require.Equal(t, 1, counter.count(t), "the release")
+
+			res, err = b.store.ReleaseAfter(ctx, leasing.Failure{Lease: ls[1], RetryAfter: time.Minute, Error: "down"})
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
+			require.Zero(t, counter.count(t), "a release due later")
+
+			res, err = b.store.DeadLetter(ctx, leasing.Failure{Lease: ls[2], Error: "poison"})
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
+			require.Zero(t, counter.count(t), "a dead letter")
+			rq, err := b.store.Requeue(ctx, ids[2])
+			require.NoError(t, err)
+			require.Len(t, rq.Requeued, 1)
+			require.Equal(t, 1, counter.count(t), "the requeue")
+
+			res, err = b.store.DeadLetter(ctx, leasing.Failure{Lease: b.rawClaim(t, "w", 3)[0], Error: "poison"})
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
+			all, err := b.store.RequeueAll(ctx)
+			require.NoError(t, err)
+			require.Len(t, all.Requeued, 1)
+			require.Equal(t, 1, counter.count(t), "the requeue of all")
+		})
+	}
+}

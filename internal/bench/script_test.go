@@ -66,10 +66,11 @@ func expectedScript(t *testing.T, q leasing.Queue) string {
 			return err
 		})
 	}
-	// Parameter order as in the generated methods: claim (now, batch_size,
-	// lease_owner, lease_for); complete (lease_owner, message_ids,
+	// Parameter order as in the generated methods: claim (except_topics,
+	// topics, now, batch_size, lease_owner, lease_for), the baseline's
+	// claim of every topic; complete (lease_owner, message_ids,
 	// lease_generations, now).
-	claim = params(t, body(claim), "NULL", ":batch", ":owner", ":lease_for")
+	claim = params(t, body(claim), "'{}'", "'{}'", "NULL", ":batch", ":owner", ":lease_for")
 	complete = params(t, body(complete), ":owner", ":ids", ":gens", "NULL")
 
 	// \gset takes exactly one row: fold the claimed rows into arrays. The

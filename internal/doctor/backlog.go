@@ -37,6 +37,14 @@ func checkBacklog(ctx context.Context, store *leasing.Postgres, q leasing.Queue,
 	if qr.Overdue, err = overdue(ctx, store, q, opts.MaxOldestDue); err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
+	kept, err := store.Retained(ctx)
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	qr.RetainedSeconds = kept.FinishedWindow().Seconds()
+	if kept.OldestDeadLettered != nil {
+		qr.RetainedDeadSeconds = kept.Now.Sub(*kept.OldestDeadLettered).Seconds()
+	}
 
 	if qr.Overdue {
 		n.problem(msgOverdue, opts.MaxOldestDue, round(stats.OldestDueAge))

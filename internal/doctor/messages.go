@@ -21,8 +21,8 @@ const (
 // The role's right to VACUUM: the queue table; or the tables refused, the
 // queue table and its ordering keys' table.
 const (
-	msgVacuumRefused     = "this role may not VACUUM %s: processors connecting as it leave the table to autovacuum (their vacuum policy reports leasing.ErrVacuumNotAllowed once); run them as the table owner, or a member that inherits its rights, to keep claims cheap under heavy churn"
-	msgVacuumRefusedKeys = "this role may not VACUUM %s: processors connecting as it leave %s and %s to autovacuum (their vacuum policy needs the owner's rights on both tables and reports leasing.ErrVacuumNotAllowed once); run them as the tables' owner, or a member that inherits its rights, to keep claims and keyed writes cheap under heavy churn"
+	msgVacuumRefused     = "this role may not VACUUM %s: processors connecting as it leave the table to autovacuum and say so once (info), which is fine at moderate churn; to have them vacuum it (cheaper claims under heavy churn), rerun db/roles.sql on PostgreSQL 17+ (it grants leasestore_processor MAINTAIN) or run them as the table's owner; processor.VacuumPolicy.Disabled silences them"
+	msgVacuumRefusedKeys = "this role may not VACUUM %s: processors connecting as it leave %s and %s to autovacuum and say so once (info), which is fine at moderate churn; to have them vacuum both (cheaper claims and keyed writes under heavy churn), rerun db/roles.sql on PostgreSQL 17+ (it grants leasestore_processor MAINTAIN) or run them as the tables' owner; processor.VacuumPolicy.Disabled silences them"
 )
 
 // The work signal: the count of roles, the roles shown, msgMoreRoles or

@@ -105,6 +105,13 @@ type QueueReport struct {
 	// messages wait behind it (tenant, key, head id, seconds); nil when
 	// none waits.
 	OldestHead *OldestHead `json:"oldest_head,omitempty"`
+	// RetainedSeconds is how far back the stored finished (completed or
+	// published) rows reach, leasing.Retained.FinishedWindow in seconds;
+	// 0 when none is stored. On the inbox it is the effective dedup
+	// window: the idempotency keys of messages finished since are still
+	// stored. RetainedDeadSeconds is the same for dead letters.
+	RetainedSeconds     float64 `json:"retained_seconds"`
+	RetainedDeadSeconds float64 `json:"retained_dead_seconds"`
 	// Depth is the number of rows per status.
 	Depth map[string]int64 `json:"depth"`
 	// TableState is the queue table's dead rows, vacuum and storage

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasestore/leasestore/internal/plural"
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // WriteText writes rep for people: a few lines per queue, and each claim
@@ -41,6 +42,12 @@ func WriteText(w io.Writer, rep Report) error {
 			}
 			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, overdue %t, dead-lettered %d\n",
 				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.Overdue, q.DeadLettered)
+			window := "finished rows kept"
+			if q.Queue == string(leasing.Inbox) {
+				window = "dedup window (finished rows kept)"
+			}
+			fmt.Fprintf(&b, "  %s %s, dead letters kept %s\n", window,
+				round(time.Duration(q.RetainedSeconds*float64(time.Second))), round(time.Duration(q.RetainedDeadSeconds*float64(time.Second))))
 			if h := q.OldestHead; h != nil {
 				fmt.Fprintf(&b, "  waiting behind their keys %d; longest-held key %q (tenant %q): head %s for %s\n",
 					q.Waiting, h.OrderingKey, h.TenantID, h.MessageID, round(time.Duration(h.AgeSeconds*float64(time.Second))))

@@ -72,6 +72,9 @@ type Options struct {
 	// Now, when not nil, pins the clock the claim uses in place of the
 	// database's, as leasing.PostgresOptions.Now does for a store.
 	Now func() time.Time
+	// Topics, when not empty, explains the claim of a topic-scoped
+	// processor: leasing.ClaimRequest.Topics, with its rules.
+	Topics []string
 }
 
 // explainOwner is the lease owner of the claims Claim rolls back.
@@ -81,7 +84,7 @@ const explainOwner = "leasestore-explain"
 const explainPrefix = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
 
 // Claim runs the claim statement of queue q that leasing.Postgres.Claim
-// runs, with batchSize rows and no tenant, on pool under EXPLAIN (ANALYZE,
+// runs, with batchSize rows, no tenant and opts.Topics, on pool under EXPLAIN (ANALYZE,
 // BUFFERS) in a transaction that it always rolls back, and returns the plan
 // and its cost.
 //
@@ -115,7 +118,7 @@ func ClaimGeneric(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batc
 const explainPrepared = "leasestore_explain_claim"
 
 func explainClaim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize int, opts Options, generic bool) (ClaimPlan, error) {
-	r := leasing.ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second}
+	r := leasing.ClaimRequest{Owner: explainOwner, BatchSize: batchSize, LeaseFor: 30 * time.Second, Topics: opts.Topics}
 	if err := r.Validate(); err != nil {
 		return ClaimPlan{}, err
 	}
@@ -146,24 +149,28 @@ func explainClaim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batc
 
 // explainGenericArgsSQL stores the values explainGenericSQL passes to the
 // prepared claim in settings local to the transaction: the pinned clock
-// (” for the database clock) and the batch size. Values stay parameters.
+// (” for the database clock), the batch size and the topics. Values stay
+// parameters.
 const explainGenericArgsSQL = `SELECT set_config('leasestore.explain_now', coalesce($1::timestamptz::text, ''), true),
-       set_config('leasestore.explain_batch', $2::integer::text, true)`
+       set_config('leasestore.explain_batch', $2::integer::text, true),
+       set_config('leasestore.explain_topics', coalesce($3::text[], '{}')::text, true)`
 
 // explainGenericSQL explains an EXECUTE of the prepared claim. EXECUTE
 // takes its arguments as expressions, not bind parameters, so they come
 // from the settings explainGenericArgsSQL made, and from the constants
 // Claim always uses (the untenanted claim): explainOwner, a 30-second lease.
 const explainGenericSQL = explainPrefix + "EXECUTE " + explainPrepared + `(
+    '{}'::text[],
+    current_setting('leasestore.explain_topics')::text[],
     nullif(current_setting('leasestore.explain_now'), '')::timestamptz,
     current_setting('leasestore.explain_batch')::integer,
     '` + explainOwner + `'::text,
     '30 seconds'::interval)`
 
 // explainGenericParams are the parameter types of the generated claim, in
-// order, that explainGenericSQL supplies: now, batch_size, lease_owner,
-// lease_for.
-var explainGenericParams = []uint32{pgtype.TimestamptzOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
+// order, that explainGenericSQL supplies: except_topics, topics, now,
+// batch_size, lease_owner, lease_for.
+var explainGenericParams = []uint32{pgtype.TextArrayOID, pgtype.TextArrayOID, pgtype.TimestamptzOID, pgtype.Int4OID, pgtype.TextOID, pgtype.IntervalOID}
 
 // explainRolledBack runs stmt under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 // in a READ COMMITTED transaction on conn that it rolls back, and returns
@@ -200,7 +207,7 @@ func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt pgbatch.Stateme
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, explainGenericArgsSQL, now, int32(r.BatchSize)); err != nil {
+	if _, err := tx.Exec(ctx, explainGenericArgsSQL, now, int32(r.BatchSize), r.Topics); err != nil {
 		return nil, err
 	}
 	err = tx.QueryRow(ctx, explainGenericSQL).Scan(&raw)
@@ -216,11 +223,11 @@ func claimStatement(ctx context.Context, q leasing.Queue, r leasing.ClaimRequest
 	switch q {
 	case leasing.Inbox:
 		_, err = gen.New().InboxClaim(ctx, &rec, gen.InboxClaimParams{
-			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor, Topics: r.Topics,
 		})
 	case leasing.Outbox:
 		_, err = gen.New().OutboxClaim(ctx, &rec, gen.OutboxClaimParams{
-			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor,
+			Now: now, BatchSize: int32(r.BatchSize), LeaseOwner: r.Owner, LeaseFor: r.LeaseFor, Topics: r.Topics,
 		})
 	default:
 		_, err := leasing.ParseQueue(string(q))

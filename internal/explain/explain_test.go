@@ -118,11 +118,12 @@ func TestClaimStatement(t *testing.T) {
 
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
-		st, err := claimStatement(context.Background(), q, leasing.ClaimRequest{Owner: "o", BatchSize: 7, LeaseFor: time.Minute}, &now)
+		st, err := claimStatement(context.Background(), q, leasing.ClaimRequest{Owner: "o", BatchSize: 7, LeaseFor: time.Minute, Topics: []string{"t"}}, &now)
 		require.NoError(t, err)
 		name := map[leasing.Queue]string{leasing.Inbox: "InboxClaim", leasing.Outbox: "OutboxClaim"}[q]
 		require.True(t, strings.HasPrefix(st.SQL, "-- name: "+name+" :many"), st.SQL)
-		require.Len(t, st.Args, 4)
+		require.Len(t, st.Args, 6)
+		require.Contains(t, st.Args, []string{"t"})
 		require.Contains(t, st.Args, &now)
 		require.Contains(t, st.Args, int32(7))
 		require.Contains(t, st.Args, "o")

@@ -5,8 +5,8 @@
 // integration module read the same instruments through the SDK's manual
 // reader.
 //
-// A Provider records Int64Counter additions and Float64Histogram records,
-// and observes the observable gauges registered with
+// A Provider records Int64Counter additions, Float64Histogram and
+// Int64Gauge records, and observes the observable gauges registered with
 // Meter.RegisterCallback; every other instrument is a no-op.
 package metrictest
 
@@ -54,8 +54,8 @@ func (p *Provider) Sum(name string) int64 {
 	return p.sums[name]
 }
 
-// Records returns the values recorded on the Float64Histograms named
-// name, in record order, with their attributes; nil when there was none.
+// Records returns the values recorded on the Float64Histograms or
+// Int64Gauges named name, in record order, with their attributes; nil when there was none.
 func (p *Provider) Records(name string) []Point {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -126,6 +126,10 @@ func (m meter) Float64Histogram(name string, opts ...metric.Float64HistogramOpti
 	return float64Histogram{p: m.p, name: name}, nil
 }
 
+func (m meter) Int64Gauge(name string, _ ...metric.Int64GaugeOption) (metric.Int64Gauge, error) {
+	return int64SyncGauge{p: m.p, name: name}, nil
+}
+
 func (m meter) Int64ObservableGauge(name string, _ ...metric.Int64ObservableGaugeOption) (metric.Int64ObservableGauge, error) {
 	return &int64Gauge{name: name}, nil
 }
@@ -165,6 +169,21 @@ func (h float64Histogram) Record(_ context.Context, v float64, opts ...metric.Re
 }
 
 func (h float64Histogram) Enabled(context.Context) bool { return true }
+
+// int64SyncGauge records into its provider's records, as a histogram does.
+type int64SyncGauge struct {
+	noop.Int64Gauge
+	p    *Provider
+	name string
+}
+
+func (g int64SyncGauge) Record(_ context.Context, v int64, opts ...metric.RecordOption) {
+	g.p.mu.Lock()
+	defer g.p.mu.Unlock()
+	g.p.records[g.name] = append(g.p.records[g.name], Point{Attributes: metric.NewRecordConfig(opts).Attributes(), Value: float64(v)})
+}
+
+func (g int64SyncGauge) Enabled(context.Context) bool { return true }
 
 type int64Gauge struct {
 	noop.Int64ObservableGauge

@@ -51,6 +51,23 @@ func badInput(t *testing.T, b *bundle) {
 		"claim long tenant": func() error {
 			return claim(with(func(r *leasing.ClaimRequest) { r.TenantID = strings.Repeat("t", leasing.MaxTenantIDBytes+1) }))
 		},
+		"claim empty topic":     func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"a", ""} })) },
+		"claim empty except":    func() error { return claim(with(func(r *leasing.ClaimRequest) { r.ExceptTopics = []string{""} })) },
+		"claim duplicate topic": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"a", "a"} })) },
+		"claim topic in both": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.Topics, r.ExceptTopics = []string{"a", "b"}, []string{"b"} }))
+		},
+		"claim too many topics": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) {
+				for i := range leasing.MaxClaimTopics + 1 {
+					r.Topics = append(r.Topics, fmt.Sprint("t", i))
+				}
+			}))
+		},
+		"claim long topic": func() error {
+			return claim(with(func(r *leasing.ClaimRequest) { r.ExceptTopics = []string{strings.Repeat("t", leasing.MaxTopicBytes+1)} }))
+		},
+		"claim NUL in topic": func() error { return claim(with(func(r *leasing.ClaimRequest) { r.Topics = []string{"t\x00"} })) },
 		"enqueue long tenant": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes+1)})
 			return err
@@ -62,12 +79,21 @@ func badInput(t *testing.T, b *bundle) {
 		"renew duplicate lease": func() error { _, err := b.store.Renew(b.ctx, lease, held, held); return err },
 		"release nil":           func() error { _, err := b.store.Release(b.ctx, nil...); return err },
 		"release other queue":   func() error { _, err := b.store.Release(b.ctx, fromOther); return err },
-		"complete unclaimed":    func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
-		"complete other queue":  func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
-		"fail negative delay":   func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
-		"fail none":             func() error { _, err := b.store.Fail(b.ctx); return err },
-		"dead-letter other":     func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
-		"enqueue none":          func() error { _, err := b.store.Enqueue(b.ctx); return err },
+		"release after none":    func() error { _, err := b.store.ReleaseAfter(b.ctx); return err },
+		"release after negative delay": func() error {
+			_, err := b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1})
+			return err
+		},
+		"release after too long": func() error {
+			_, err := b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: held, RetryAfter: leasing.MaxDelay + time.Second})
+			return err
+		},
+		"complete unclaimed":   func() error { _, err := b.store.Complete(b.ctx, unclaimed); return err },
+		"complete other queue": func() error { _, err := b.store.Complete(b.ctx, fromOther); return err },
+		"fail negative delay":  func() error { _, err := b.store.Fail(b.ctx, leasing.Failure{Lease: held, RetryAfter: -1}); return err },
+		"fail none":            func() error { _, err := b.store.Fail(b.ctx); return err },
+		"dead-letter other":    func() error { _, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: fromOther}); return err },
+		"enqueue none":         func() error { _, err := b.store.Enqueue(b.ctx); return err },
 		"enqueue payload too big": func() error {
 			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{}, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes+1)})
 			return err

@@ -86,6 +86,14 @@ var orderingCases = []contractCase{
 		l = b.claim("w", 10)
 		require.Equal(t, []uuid.UUID{ids[0]}, idsOf(l), "a released head holds its key")
 
+		res, err = b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: l[0], RetryAfter: time.Minute, Error: "down"})
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+		require.Empty(t, b.claim("w", 10), "a head released for a minute holds its key")
+		b.env.Clock.Advance(time.Minute)
+		l = b.claim("w", 10)
+		require.Equal(t, []uuid.UUID{ids[0]}, idsOf(l), "the head released for a minute is claimed first")
+
 		b.env.Clock.Advance(lease)
 		re := b.claim("x", 10)
 		require.Equal(t, []uuid.UUID{ids[0]}, idsOf(re), "an expired head is reclaimed before the next of its key")

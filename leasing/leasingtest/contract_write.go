@@ -10,12 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// writes are the four guarded outcome writes, for cases that check all.
+// writes are the five guarded outcome writes, for cases that check all.
 var writes = []struct {
 	name string
 	do   func(b *bundle, l leasing.Lease) (leasing.WriteResult, error)
 }{
 	{"Release", func(b *bundle, l leasing.Lease) (leasing.WriteResult, error) { return b.store.Release(b.ctx, l) }},
+	{"ReleaseAfter", func(b *bundle, l leasing.Lease) (leasing.WriteResult, error) {
+		return b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: l, Error: "busy"}) // due at once, as Release
+	}},
 	{"Complete", func(b *bundle, l leasing.Lease) (leasing.WriteResult, error) { return b.store.Complete(b.ctx, l) }},
 	{"Fail", func(b *bundle, l leasing.Lease) (leasing.WriteResult, error) {
 		return b.store.Fail(b.ctx, leasing.Failure{Lease: l, RetryAfter: time.Second, Error: "boom"})
@@ -150,8 +153,8 @@ var writeCases = []contractCase{
 		require.NoError(t, err)
 		b.claim("b", 1)
 		for _, w := range writes {
-			if w.name == "Release" {
-				continue
+			if strings.HasPrefix(w.name, "Release") {
+				continue // the same outcome as this lease's: already applied
 			}
 			res, err := w.do(b, l)
 			require.NoError(t, err, w.name)
@@ -269,6 +272,42 @@ var writeCases = []contractCase{
 		require.Equal(t, []uuid.UUID{id}, idsOf(again))
 		require.Equal(t, 1, again[0].Attempt)
 		require.Equal(t, l.Generation+1, again[0].Generation)
+	}},
+	{"ReleaseAfter/VisibleAfterDelayWithoutBurningAttempt", func(t *testing.T, b *bundle) {
+		ids := b.enqueueN(2)
+		ls := b.claim("a", 2)
+		res, err := b.store.ReleaseAfter(b.ctx,
+			leasing.Failure{Lease: ls[0], RetryAfter: 10 * time.Second, Error: "broker down"},
+			leasing.Failure{Lease: ls[1], RetryAfter: 0, Error: "nul\x00"})
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeApplied, leasing.OutcomeApplied}, outcomes(res))
+		row := b.get(ids[0])
+		require.Equal(t, leasing.StatusPending, row.Status)
+		require.Zero(t, row.AttemptCount, "the attempt is returned")
+		require.Equal(t, "broker down", row.LastError)
+		require.Empty(t, row.LeaseOwner)
+		require.Nil(t, row.LeaseExpiresAt)
+		require.Equal(t, b.env.Clock.Now().Add(10*time.Second), row.VisibleAfter)
+		require.Equal(t, leasing.SanitizeError("nul\x00"), b.get(ids[1]).LastError)
+		last := row.Attempts[len(row.Attempts)-1]
+		require.Equal(t, leasing.AttemptReleased, last.End)
+		require.Equal(t, "broker down", last.Error)
+
+		require.Equal(t, []uuid.UUID{ids[1]}, idsOf(b.claim("b", 2)), "invisible until its delay ends")
+		b.env.Clock.Advance(10 * time.Second)
+		again := b.claim("b", 2)
+		require.Equal(t, []uuid.UUID{ids[0]}, idsOf(again))
+		require.Equal(t, 1, again[0].Attempt, "no attempt was spent")
+		require.Equal(t, "broker down", again[0].LastError)
+		require.Equal(t, ls[0].Generation+1, again[0].Generation)
+
+		res, err = b.store.ReleaseAfter(b.ctx, leasing.Failure{Lease: ls[0], RetryAfter: time.Second, Error: "late"})
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Outcome{leasing.OutcomeAlreadyApplied}, outcomes(res), "a retry of the first lease's write")
+		res, err = b.store.Release(b.ctx, again[0])
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+		require.Equal(t, "broker down", b.get(ids[0]).LastError, "Release keeps the last error")
 	}},
 	{"ReleaseOrphans/ReleasesUnheldLeasesOfOwner", func(t *testing.T, b *bundle) {
 		ids := b.enqueueN(4)

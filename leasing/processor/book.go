@@ -135,9 +135,9 @@ func (b *book) timeOut(h *heldLease) (leasing.Lease, bool) {
 }
 
 // stopWaiting cancels the leases of waiting, whose handlers have not
-// started, with cause ErrShutdown, and returns their releases. Those lost
-// meanwhile are counted persist_skipped instead.
-func (b *book) stopWaiting(waiting []*heldLease) []pendingWrite {
+// started, with cause (ErrShutdown, errBreakerOpen), and returns their
+// releases. Those lost meanwhile are counted persist_skipped instead.
+func (b *book) stopWaiting(waiting []*heldLease, cause error) []pendingWrite {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var release []pendingWrite
@@ -147,7 +147,7 @@ func (b *book) stopWaiting(waiting []*heldLease) []pendingWrite {
 			continue
 		}
 		h.state = stateWriting
-		h.cancel(ErrShutdown)
+		h.cancel(cause)
 		release = append(release, pendingWrite{h: h, kind: writeRelease, failure: leasing.Failure{Lease: h.lease}})
 	}
 	return release

@@ -16,7 +16,12 @@
 // outcome is written. A lost lease cancels its handler (cause
 // leasing.ErrLeaseLost) and its outcome is not written. A nil return writes
 // the queue's success state, an error or a panic writes failed (due again
-// after [RetryPolicy.Backoff]) or dead_lettered at MaxAttempts. A handler
+// after [RetryPolicy.Backoff]) or dead_lettered at MaxAttempts; an error
+// wrapped with a verdict says more: [Permanent] dead-letters at once,
+// [RetryAfter] and [Unavailable] release the message without spending its
+// attempt, and consecutive Unavailable verdicts open the [BreakerPolicy]'s
+// breaker for the message's topic, which then only probes it. Each retry is
+// claimed when its delay ends, whatever else wakes the loop. A handler
 // past HandlerTimeout is cancelled ([ErrHandlerTimeout]) and its attempt
 // written failed at once. Shutdown releases unstarted leases and gives
 // running handlers ShutdownGrace before cancelling them ([ErrShutdown]).

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -26,6 +27,7 @@ type events struct {
 	claim   leasing.ClaimRequest
 	batch   bool          // NewBatch: log a call's leases by count and ids
 	timeout time.Duration // Options.HandlerTimeout
+	health  *health       // what Processor.Health reports
 }
 
 func newEvents(opts Options, q leasing.Queue, claim leasing.ClaimRequest, batch bool) (*events, error) {
@@ -36,6 +38,7 @@ func newEvents(opts Options, q leasing.Queue, claim leasing.ClaimRequest, batch 
 	return &events{
 		m: m, log: newLogger(opts.Logger, q, claim.Owner), t: newTracer(opts.TracerProvider, q, claim.Owner),
 		onError: opts.OnError, queue: q, claim: claim, batch: batch, timeout: opts.HandlerTimeout,
+		health: newHealth(q, claim.Owner),
 	}, nil
 }
 
@@ -77,6 +80,7 @@ func (e *events) claimed(base context.Context, sent time.Time, leases []leasing.
 		return base
 	}
 	count(e.m.acquired, len(leases))
+	e.health.claimed()
 	return e.t.claimed(base, sent, e.claim, leases, parked, nil)
 }
 
@@ -84,6 +88,7 @@ func (e *events) claimed(base context.Context, sent time.Time, leases []leasing.
 // before the first claim, and returns the error Run returns.
 func (e *events) privilegesMissing(err error) error {
 	err = e.errorf("refuses to run", err)
+	e.health.set(StatePrivilegesRefused, err)
 	e.report(err)
 	e.log.log(slog.LevelError, "not running: the store's role lacks privileges", errAttr(err))
 	return err
@@ -91,8 +96,80 @@ func (e *events) privilegesMissing(err error) error {
 
 // privilegeCheckFailed records a privilege check that could not tell.
 func (e *events) privilegeCheckFailed(err error) {
+	e.health.set(StateStarting, err)
 	e.report(e.errorf("check privileges", err))
 	e.log.log(slog.LevelWarn, "privilege check failed; trying again before claiming", errAttr(err))
+}
+
+// schemaBehind records se, the schema check's finding that the database
+// lacks what this version needs: logged (error) and reported once per
+// finding, not at every check.
+func (e *events) schemaBehind(se *leasing.SchemaError) {
+	if !e.health.set(StateSchemaBehind, se) {
+		return
+	}
+	e.report(e.errorf("waits for the schema", se))
+	e.log.log(slog.LevelError, "not claiming: the database schema is behind this version; run leasectl migrate up (or db.MigrateUp)", errAttr(se))
+}
+
+// running records that the processor claims: the start checks passed.
+func (e *events) running() {
+	was := e.health.get().State
+	if e.health.set(StateRunning, nil) && was == StateSchemaBehind {
+		e.log.log(slog.LevelInfo, "the database schema is ready; claiming")
+	}
+}
+
+// instanceRefused records err, a *leasing.InstanceInUseError, and returns
+// the error Run returns.
+func (e *events) instanceRefused(err error) error {
+	err = e.errorf("refuses to run", err)
+	e.health.set(StateInstanceInUse, err)
+	e.report(err)
+	e.log.log(slog.LevelError, "not running: another live process holds this instance id", errAttr(err))
+	return err
+}
+
+// instanceStepFailed records a failed try of an instance step (what:
+// "lock instance", "expire previous leases"), tried again.
+func (e *events) instanceStepFailed(what string, err error) {
+	if se := schemaBehind(err); se != nil {
+		e.schemaBehind(se)
+		return
+	}
+	e.health.set(StateStarting, err)
+	e.report(e.errorf(what, err))
+	e.log.log(slog.LevelWarn, what+" failed; trying again", errAttr(err))
+}
+
+// tookOver records the leases of earlier incarnations that ExpirePrevious
+// ended, for the next claims to reclaim.
+func (e *events) tookOver(ids []uuid.UUID) {
+	if len(ids) > 0 {
+		e.log.log(slog.LevelInfo, "ended the leases of an earlier incarnation of this instance; reclaiming them", slog.Int("leases", len(ids)))
+	}
+}
+
+// instanceLockLost records that the instance lock's session ended (err);
+// the processor goes on and takes the lock again.
+func (e *events) instanceLockLost(err error) {
+	e.report(e.errorf("instance lock", err))
+	e.log.log(slog.LevelWarn, "instance lock lost; taking it again", errAttr(err))
+}
+
+// listenerFailed records an error of the processor's own Listener.
+func (e *events) listenerFailed(err error) {
+	e.health.listener(err)
+	e.report(e.errorf("listener", err))
+}
+
+// vacuumFailed reports a failed VacuumIfDead to OnError, but
+// leasing.ErrVacuumNotAllowed: a least-privilege role (db/roles.sql before
+// PostgreSQL 17) may not vacuum, which the vacuumer logs once at info.
+func (e *events) vacuumFailed(err error) {
+	if !errors.Is(err, leasing.ErrVacuumNotAllowed) {
+		e.report(err)
+	}
 }
 
 // sweepFailed records a failed orphan sweep.
@@ -217,6 +294,7 @@ func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res 
 		return
 	}
 	e.logWritten(kind, g, res)
+	e.health.wrote()
 	done := 0
 	for _, o := range res.Outcomes {
 		if o.Outcome.Succeeded() {
@@ -231,6 +309,8 @@ func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res 
 		count(e.m.failed, done)
 	case writeDeadLetter:
 		count(e.m.deadLettered, done)
+	case writeReleaseAfter:
+		count(e.m.released, done)
 	}
 }
 
@@ -247,8 +327,9 @@ func (e *events) writeGaveUp(kind writeKind, g []pendingWrite, err error) {
 		slog.Int("count", len(g)), slog.Any("message_ids", ids), errAttr(err))
 }
 
-// logWritten logs each dead letter (warn) and failure (debug) res reports
-// applied, and each outcome the fence refused (warn).
+// logWritten logs each dead letter (error), each failure and each
+// release by a verdict (warn: once per message and attempt, as the write
+// is applied once), and each outcome the fence refused (warn).
 func (e *events) logWritten(kind writeKind, g []pendingWrite, res leasing.WriteResult) {
 	for i, o := range res.Outcomes {
 		if i >= len(g) {
@@ -262,12 +343,30 @@ func (e *events) logWritten(kind writeKind, g []pendingWrite, res leasing.WriteR
 		case o.Outcome != leasing.OutcomeApplied:
 			// already applied by this lease: logged when it was
 		case kind == writeDeadLetter:
-			e.log.log(slog.LevelWarn, "message dead-lettered", leaseAttrs(f.Lease, slog.String(LogKeyError, f.Error))...)
-		case kind == writeFail && e.log.enabled(slog.LevelDebug):
-			e.log.log(slog.LevelDebug, "attempt failed; retry scheduled", leaseAttrs(f.Lease,
+			e.log.log(slog.LevelError, "message dead-lettered", leaseAttrs(f.Lease,
+				slog.String(LogKeyVerdict, g[i].verdict.String()), slog.String(LogKeyError, f.Error))...)
+		case kind == writeFail:
+			e.log.log(slog.LevelWarn, "attempt failed; retry scheduled", leaseAttrs(f.Lease,
 				slog.Duration("retry_after", f.RetryAfter), slog.String(LogKeyError, f.Error))...)
+		case kind == writeReleaseAfter:
+			e.log.log(slog.LevelWarn, "attempt failed; released without spending it", leaseAttrs(f.Lease,
+				slog.String(LogKeyVerdict, g[i].verdict.String()), slog.Duration("retry_after", f.RetryAfter),
+				slog.String(LogKeyError, f.Error))...)
 		}
 	}
+}
+
+// breakerChanged records the breaker of topic entering state, after
+// unavailable consecutive Unavailable verdicts when it opens: gauge,
+// transition counter and a warn record.
+func (e *events) breakerChanged(topic string, state BreakerState, unavailable int) {
+	e.m.observeBreaker(topic, state)
+	if state == BreakerOpen {
+		e.log.log(slog.LevelWarn, "breaker opened: claims of the topic stop, one message probes the destination",
+			slog.String(LogKeyTopic, topic), slog.Int("unavailable", unavailable))
+		return
+	}
+	e.log.log(slog.LevelWarn, "breaker closed: the destination answered, claims resume", slog.String(LogKeyTopic, topic))
 }
 
 // callAttrs are the log attributes of the leases of one handler call:

@@ -20,6 +20,8 @@ const (
 	LogKeyGeneration = "generation" // the lease's generation (fencing token)
 	LogKeyError      = "error"      // the error, or the error text written with an outcome
 	LogKeyChannel    = "channel"    // a leasing.Listener's NOTIFY channel
+	LogKeyVerdict    = "verdict"    // the handler's Verdict on its error: retry, permanent, retry_after, unavailable
+	LogKeyTopic      = "topic"      // a breaker's topic (outbox) or message type (inbox)
 )
 
 // logger writes the structured events of a processor to l;
@@ -82,11 +84,17 @@ func (p *Processor) vacuumer(v Vacuumer) Vacuumer {
 	return loggedVacuumer{Vacuumer: v, queue: p.store.Queue(), log: p.ev.log}
 }
 
+// vacuumNotAllowedAdvice is the processor's one log record when its role
+// may not vacuum, with what to do; internal/doctor gives the same advice.
+const vacuumNotAllowedAdvice = "this role may not VACUUM the queue's tables, which are left to autovacuum: " +
+	"fine at moderate churn; to have processors vacuum, rerun db/roles.sql on PostgreSQL 17+ (it grants MAINTAIN) " +
+	"or run them as the tables' owner; VacuumPolicy.Disabled silences this"
+
 func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasing.Vacuum, error) {
 	res, err := v.Vacuumer.VacuumIfDead(ctx, deadRows)
 	switch {
 	case errors.Is(err, leasing.ErrVacuumNotAllowed):
-		v.log.log(slog.LevelWarn, "vacuum not allowed; the table is left to autovacuum", errAttr(err))
+		v.log.log(slog.LevelInfo, vacuumNotAllowedAdvice, errAttr(err))
 	case err != nil && ctx.Err() == nil:
 		v.log.log(slog.LevelWarn, "vacuum failed", errAttr(err))
 	}

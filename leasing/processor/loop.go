@@ -16,7 +16,8 @@ import (
 
 // run is the state of one Run call: the claim loop, which claims batches
 // and dispatches their leases to workers. Only the loop goroutine touches
-// waiting, running, sweepUntil and allowed; the leases are in the book.
+// waiting, running, sched, sweepUntil and allowed; the leases are in the
+// book.
 type run struct {
 	p        *Processor
 	base     context.Context // Run's values, never cancelled
@@ -28,12 +29,14 @@ type run struct {
 	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
 	wg       sync.WaitGroup // workers
 
+	sched      schedule  // when to claim: the next poll and the early-claim deadlines
+	openings   int64     // breaker openings the loop has released the waiting leases for
 	sweepUntil time.Time // after a failed claim: sweep orphans before each claim until then
 	allowed    bool      // the PrivilegeChecker found nothing missing; until then it replaces each claim
 
-	earlyClaim   chan struct{} // capacity 1: a message may be due within earlyClaimIn
-	earlyClaimMu sync.Mutex    // guards earlyClaimIn
-	earlyClaimIn time.Duration // soonest claimEarly delay since the loop last looked; 0 for none
+	earlyClaim   chan struct{} // capacity 1: claimEarly added to earlyClaimAt
+	earlyClaimMu sync.Mutex    // guards earlyClaimAt
+	earlyClaimAt []time.Time   // claimEarly deadlines since the loop last looked
 }
 
 func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
@@ -41,13 +44,13 @@ func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 }
 
 // claimEarly tells the loop that a message may be due within d (on the
-// store's clock; a hint), so that it claims then if that is before the
-// next poll.
+// store's clock; a hint), so that it claims then, whatever else happens
+// before: the loop keeps the deadline in its schedule until a claim starts
+// at or after it.
 func (r *run) claimEarly(d time.Duration) {
+	at := time.Now().Add(max(d, 0))
 	r.earlyClaimMu.Lock()
-	if r.earlyClaimIn == 0 || d < r.earlyClaimIn {
-		r.earlyClaimIn = max(d, time.Nanosecond)
-	}
+	r.earlyClaimAt = append(r.earlyClaimAt, at)
 	r.earlyClaimMu.Unlock()
 	select {
 	case r.earlyClaim <- struct{}{}:
@@ -64,10 +67,10 @@ func (r *run) loop(ctx context.Context) {
 	}
 	poll := time.NewTimer(p.opts.PollInterval)
 	defer poll.Stop()
-	pollAt := time.Now().Add(p.opts.PollInterval)
 	due := true // whether due messages may be waiting: claim when a slot frees
 	var idle pollBackoff
 	for {
+		r.releaseHeld()
 		r.dispatch()
 		if ctx.Err() != nil {
 			p.requestStop()
@@ -79,6 +82,7 @@ func (r *run) loop(ctx context.Context) {
 		}
 		if due && r.running+len(r.waiting) < p.opts.Concurrency {
 			var found int
+			sent := time.Now()
 			due, found = r.claim()
 			wait := p.opts.PollInterval
 			switch {
@@ -87,8 +91,8 @@ func (r *run) loop(ctx context.Context) {
 			case wake != nil:
 				wait = idle.next(found > 0, p.opts.PollInterval)
 			}
-			poll.Reset(wait)
-			pollAt = time.Now().Add(wait)
+			r.sched.claimed(sent, time.Now().Add(wait))
+			poll.Reset(time.Until(r.sched.next()))
 			continue
 		}
 		select {
@@ -108,13 +112,12 @@ func (r *run) loop(ctx context.Context) {
 			r.running -= int(r.finished.Swap(0))
 		case <-r.earlyClaim:
 			r.earlyClaimMu.Lock()
-			d := r.earlyClaimIn
-			r.earlyClaimIn = 0
-			r.earlyClaimMu.Unlock()
-			if at := time.Now().Add(d); at.Before(pollAt) {
-				poll.Reset(d)
-				pollAt = at
+			for _, at := range r.earlyClaimAt {
+				r.sched.addDeadline(at)
 			}
+			r.earlyClaimAt = r.earlyClaimAt[:0]
+			r.earlyClaimMu.Unlock()
+			poll.Reset(time.Until(r.sched.next()))
 		}
 	}
 }
@@ -149,9 +152,10 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 	return min(b.wait, ceiling)
 }
 
-// claim takes one batch and queues it for dispatch. It reports whether the
-// batch was full and how many messages it took (leased or parked), -1 when
-// it failed.
+// claim takes one batch and queues it for dispatch: a claim of the topics
+// whose breaker is closed, and a probe of one message per open topic due
+// for one (see breaker). It reports whether the batch was full and how
+// many messages it took (leased or parked), -1 when it failed.
 func (r *run) claim() (full bool, found int) {
 	p := r.p
 	if !r.allowed && !r.checkPrivileges() {
@@ -160,10 +164,35 @@ func (r *run) claim() (full bool, found int) {
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
 		return false, -1
 	}
+	plan := p.breaker.plan(time.Now())
+	if !plan.nextProbe.IsZero() {
+		r.sched.addDeadline(plan.nextProbe)
+	}
+	claim, probes := plan.requests(p.claimRequest)
+	if claim != nil {
+		if found = r.claimOnce(*claim); found < 0 {
+			return false, -1
+		}
+		full = found >= claim.BatchSize
+	}
+	for _, probe := range probes { // one message each
+		n := r.claimOnce(probe)
+		if n < 0 {
+			return false, -1
+		}
+		found += n
+	}
+	return full, found
+}
+
+// claimOnce sends one claim of req and queues its leases for dispatch. It
+// returns how many messages it took (leased or parked), -1 when it failed.
+func (r *run) claimOnce(req leasing.ClaimRequest) int {
+	p := r.p
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
-	leases, err := p.store.Claim(ctx, p.claimRequest)
+	leases, err := p.store.Claim(ctx, req)
 	pe := (*leasing.ParkedError)(nil)
 	if errors.As(err, &pe) {
 		err = nil // the claim dead-lettered rows it could not lease; its leases are good
@@ -173,9 +202,9 @@ func (r *run) claim() (full bool, found int) {
 		// The claim may have committed before its reply was lost: sweep
 		// for one lease duration from now, when such leases have expired.
 		r.sweepUntil = time.Now().Add(p.opts.LeaseDuration)
-		return false, -1
+		return -1
 	}
-	found = len(leases)
+	found := len(leases)
 	if pe != nil {
 		found += len(pe.Parked) // parked rows took batch slots, so more may be due
 	}
@@ -183,7 +212,32 @@ func (r *run) claim() (full bool, found int) {
 		p.noteWrite()
 	}
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
-	return found >= p.opts.BatchSize, found
+	return found
+}
+
+// releaseHeld releases, once a breaker has opened, the waiting leases
+// (handlers not started) of the topics whose breaker is open, their
+// attempts returned: they would only meet the unavailable destination.
+// Leases claimed later (probes) are not released.
+func (r *run) releaseHeld() {
+	n := r.p.breaker.openings()
+	if n == r.openings {
+		return
+	}
+	r.openings = n
+	var keep, held []*heldLease
+	for _, h := range r.waiting {
+		if r.p.breaker.isOpen(h.lease.Message) {
+			held = append(held, h)
+		} else {
+			keep = append(keep, h)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	r.waiting = keep
+	r.w.submit(r.book.stopWaiting(held, errBreakerOpen)...)
 }
 
 // checkPrivileges asks a PrivilegeChecker store whether its role may run
@@ -201,12 +255,19 @@ func (r *run) checkPrivileges() bool {
 		case errors.As(err, &pe):
 			p.refuse(p.ev.privilegesMissing(err))
 			return false
+		case schemaBehind(err) != nil:
+			p.ev.schemaBehind(schemaBehind(err))
+			if p.opts.FailOnSchemaBehind {
+				p.refuse(err)
+			}
+			return false
 		case err != nil:
 			p.ev.privilegeCheckFailed(err)
 			return false
 		}
 	}
 	r.allowed = true
+	p.ev.running()
 	return true
 }
 
@@ -379,23 +440,41 @@ func (r *run) settle(h *heldLease, err error) (pendingWrite, bool) {
 }
 
 // outcome returns the write for lease's attempt ended with err: complete;
-// failed without delay after a shutdown; else failed with the policy's
-// backoff or dead_lettered.
+// by the handler's verdict, dead_lettered (Permanent) or released with a
+// delay, the attempt returned (RetryAfter, capped at the RetryPolicy's
+// MaxDelay; Unavailable, the breaker's delay); for a plain error, failed
+// without delay after a shutdown, else failed with the policy's backoff or
+// dead_lettered. It reports the verdict to the breaker.
 func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite {
 	policy := r.p.opts.RetryPolicy
 	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}
-	if err != nil {
-		pw.failure.Error = err.Error()
-		switch {
-		case errors.Is(context.Cause(h.ctx), ErrShutdown):
-			pw.kind = writeFail
-			pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
-		case policy.DeadLetters(lease.Attempt):
-			pw.kind = writeDeadLetter
-		default:
-			pw.kind = writeFail
-			pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
-		}
+	if err == nil {
+		r.p.breaker.succeeded(lease.Message)
+		return pw
+	}
+	pw.failure.Error = err.Error()
+	var after time.Duration
+	pw.verdict, after = VerdictOf(err)
+	if pw.verdict != VerdictUnavailable {
+		r.p.breaker.failed(lease.Message, time.Now())
+	}
+	switch {
+	case pw.verdict == VerdictPermanent:
+		pw.kind = writeDeadLetter
+	case pw.verdict == VerdictRetryAfter:
+		pw.kind = writeReleaseAfter
+		pw.failure.RetryAfter = min(after, policy.MaxDelay)
+	case pw.verdict == VerdictUnavailable:
+		pw.kind = writeReleaseAfter
+		pw.failure.RetryAfter = r.p.breaker.unavailable(lease.Message, time.Now())
+	case errors.Is(context.Cause(h.ctx), ErrShutdown):
+		pw.kind = writeFail
+		pw.failure.Error = ErrShutdown.Error() + ": " + pw.failure.Error
+	case policy.DeadLetters(lease.Attempt):
+		pw.kind = writeDeadLetter
+	default:
+		pw.kind = writeFail
+		pw.failure.RetryAfter = policy.Backoff(lease.Attempt)
 	}
 	return pw
 }
@@ -403,7 +482,7 @@ func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite
 // shutdown releases the waiting leases, lets running handlers finish within
 // ShutdownGrace, cancels the rest, and waits for every write.
 func (r *run) shutdown() {
-	release := r.book.stopWaiting(r.waiting)
+	release := r.book.stopWaiting(r.waiting, ErrShutdown)
 	r.waiting = nil
 	if len(release) > 0 {
 		r.w.submit(release...)

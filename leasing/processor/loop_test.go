@@ -120,6 +120,51 @@ func testClaimLoop(t *testing.T) {
 		require.EqualValues(t, 2, calls.Load())
 	})
 
+	// Handlers that fail at once, with a poll an hour away: each retry is
+	// claimed when its backoff ends, whether a work signal (which never
+	// fires here) makes the loop re-poll 2 ... 64 ms after a claim or not
+	// (the backoff, 150 ms, outlasts those re-polls: 126 ms in all),
+	// and the keyed successor of a head that succeeds on its last attempt
+	// is claimed as soon as the head's outcome promotes it.
+	for _, signal := range []bool{false, true} {
+		for _, keyed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("ImmediateFailuresRetriedWhenDue/signal=%v/keyed=%v", signal, keyed), func(t *testing.T) {
+				t.Parallel()
+				mem, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{}) // the real clock
+				require.NoError(t, err)
+				key := ""
+				if keyed {
+					key = "k"
+				}
+				res, err := mem.Enqueue(context.Background(),
+					leasing.NewMessage{OrderingKey: key, Payload: []byte("head")},
+					leasing.NewMessage{OrderingKey: key, Payload: []byte("next")})
+				require.NoError(t, err)
+				const attempts = 3
+				var calls sync.Map // message id -> *atomic.Int32
+				opts := processor.Options{
+					PollInterval: time.Hour, Concurrency: 1,
+					RetryPolicy: processor.RetryPolicy{MaxAttempts: attempts + 1, InitialDelay: 150 * time.Millisecond, Multiplier: 1},
+				}
+				if signal {
+					opts.WorkSignal = processor.WakeChan(make(chan struct{}))
+				}
+				b := setupProcessor(t, leasing.Inbox)
+				b.start(t, mem, func(_ context.Context, l leasing.Lease) error {
+					n, _ := calls.LoadOrStore(l.Message.ID, new(atomic.Int32))
+					if n.(*atomic.Int32).Add(1) < attempts && string(l.Message.Payload) == "head" {
+						return errors.New("fails at once")
+					}
+					return nil
+				}, opts)
+				for _, id := range res.IDs {
+					waitFor(t, statusIs(mem, id, leasing.StatusCompleted), "completed within seconds, not at the next poll")
+				}
+				require.Equal(t, attempts, b.rowOf(t, mem, res.IDs[0]).AttemptCount)
+			})
+		}
+	}
+
 	t.Run("FailuresUntilDeadLetter", func(t *testing.T) {
 		t.Parallel()
 		b := setupProcessor(t, leasing.Inbox)

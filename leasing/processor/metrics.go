@@ -57,6 +57,10 @@ type metrics struct {
 	skipped      metric.Int64Counter // persist_skipped: outcome not written, lease lost
 	rejected     metric.Int64Counter // persist_rejected: the fence refused the write
 	parked       metric.Int64Counter // parked: rows a claim dead-lettered as unclaimable (leasing.ParkedError)
+	released     metric.Int64Counter // released: released by a verdict (retry after, unavailable), attempt returned
+
+	breakerState       metric.Int64Gauge   // breaker_state: 1 open, 0 closed, attribute topic
+	breakerTransitions metric.Int64Counter // breaker_transitions: attributes topic and state (the new one)
 
 	handlerDuration metric.Float64Histogram // handler_duration: one handler call, attribute outcome
 	queueLag        metric.Float64Histogram // queue_lag: due to claimed, store clock
@@ -81,6 +85,16 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 		errs = append(errs, err)
 		return h
 	}
+	gauge := func(name, desc string) metric.Int64Gauge {
+		g, err := meter.Int64Gauge(MetricName(q, name), metric.WithUnit("1"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	transitions := func(name, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(MetricName(q, name), metric.WithUnit("{transition}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
 	m := &metrics{
 		acquired:     counter("processor.leases_acquired", "Leases taken by claims."),
 		lost:         counter("processor.lease_lost", "Leases found lost by a renew; their handler was cancelled."),
@@ -90,6 +104,13 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 		skipped:      counter("processor.persist_skipped", "Outcomes not written because the lease was lost."),
 		rejected:     counter("processor.persist_rejected", "Outcome writes the lease fence refused (lost, terminal or not found)."),
 		parked:       counter("processor.parked", "Messages a claim could not lease and dead-lettered instead (leasing.ParkedError)."),
+		released: counter("processor.released",
+			"Messages released by a handler verdict (RetryAfter, Unavailable), due again after a delay, their attempt returned."),
+
+		breakerState: gauge("processor.breaker_state",
+			"State of the processor's breaker for a topic (outbox) or message type (inbox): 1 open, 0 closed."),
+		breakerTransitions: transitions("processor.breaker_transitions",
+			"Times a breaker opened or closed, attribute state: the new state."),
 
 		handlerDuration: histogram("processor.handler_duration", handlerDurationBuckets,
 			"Time one handler call took, from its start on a worker to its return, in seconds."),
@@ -114,7 +135,10 @@ func count(c metric.Int64Counter, n int) {
 }
 
 // writeOperations name the write kinds in metric attributes and log records.
-var writeOperations = [...]string{writeRelease: "release", writeComplete: "complete", writeFail: "fail", writeDeadLetter: "dead_letter"}
+var writeOperations = [...]string{
+	writeRelease: "release", writeComplete: "complete", writeFail: "fail", writeDeadLetter: "dead_letter",
+	writeReleaseAfter: "release_after",
+}
 
 // Attribute values of the histograms.
 var (
@@ -127,6 +151,13 @@ var (
 		return opts
 	}()
 )
+
+// observeBreaker records a breaker of topic entering state.
+func (m *metrics) observeBreaker(topic string, state BreakerState) {
+	ctx := context.Background()
+	m.breakerState.Record(ctx, int64(state), metric.WithAttributes(attribute.String(LogKeyTopic, topic)))
+	m.breakerTransitions.Add(ctx, 1, metric.WithAttributes(attribute.String(LogKeyTopic, topic), attribute.String("state", state.String())))
+}
 
 // observeClaim records a Claim call that took took and its leases'
 // queue_lag, on the store's clock alone: a lease was claimed at its

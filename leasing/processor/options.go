@@ -2,8 +2,10 @@ package processor
 
 import (
 	"log/slog"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -43,6 +45,12 @@ type Options struct {
 	// TenantID, when not empty, claims only that tenant's messages.
 	// UTF-8 without NUL.
 	TenantID string
+	// Topics, when not empty, makes a topic-scoped processor: it claims
+	// only messages of these topics (the outbox's Topic, the inbox's
+	// message Type), in FIFO order within them (leasing.ClaimRequest.Topics,
+	// with its limits). Run one processor per destination so that a
+	// destination that is down stalls only its own topics.
+	Topics []string
 	// BatchSize is the most messages one claim takes,
 	// 1..leasing.MaxBatchSize, and so the most leases one BatchHandler
 	// call receives (NewBatch). Defaults to 10.
@@ -90,14 +98,57 @@ type Options struct {
 	// poll interval ends.
 	WorkSignal WorkSignal
 	// OnError, when not nil, receives the errors the processor handles by
-	// trying again later (claim, renew, outcome write, vacuum), and each
-	// *leasing.ParkedError of a claim. It may be called from several
-	// goroutines at once and must not block.
+	// trying again later (claim, renew, outcome write, vacuum, listener,
+	// instance lock, retention; a schema behind once per finding), each
+	// *leasing.ParkedError of a claim, and the refusal Run returns. It
+	// may be called from several goroutines at once and must not block.
 	OnError func(error)
 	// Vacuum is the policy by which the processor vacuums its queue's
 	// tables on a Vacuumer store. The zero value is on, with the defaults.
 	Vacuum VacuumPolicy
+	// FailOnSchemaBehind makes Run return the *leasing.SchemaError (after
+	// shutting down) when the database lacks migrations this version
+	// needs; by default the processor waits for the migration, in
+	// StateSchemaBehind, checking again every PollInterval.
+	FailOnSchemaBehind bool
+	// DirectConfig, when not nil, is a connection config that reaches
+	// PostgreSQL directly, not through a transaction-mode pooler
+	// (pool.Config().ConnConfig when the pool does). The processor then
+	// runs its own leasing.Listener on it as its WorkSignal, unless
+	// WorkSignal is set, with its errors reported to OnError and in
+	// Health; and, with InstanceID, holds the instance's identity on it.
+	// The store must be a *leasing.Postgres.
+	DirectConfig *pgx.ConnConfig
+	// InstanceID, when not empty, is the processor's stable identity, the
+	// same across restarts of one instance (a StatefulSet pod's name, a
+	// host name plus a slot): the lease owner becomes
+	// leasing.NewOwner(Owner + "@" + InstanceID), still one per run.
+	// Before its first claim Run takes the identity (leasing.LockInstance
+	// on DirectConfig, which InstanceID needs), refusing with a
+	// *leasing.InstanceInUseError when another live process holds it,
+	// and ends the leases its earlier incarnations left
+	// (leasing.Postgres.ExpirePrevious), so that a restart reclaims them
+	// at once instead of after their expiry (docs/processor.md, Instance
+	// identity). UTF-8 without NUL; Owner + "@" + InstanceID at most
+	// leasing.MaxOwnerLabelBytes bytes.
+	InstanceID string
+	// Retention, when not the zero value, has the processor apply the
+	// policy to its queue every Retention.Interval
+	// (leasing.Postgres.PurgeRetention: one runner at a time per queue,
+	// whichever processor gets the turn). The store must be a Retainer
+	// and its role may DELETE (leasestore_operator); else schedule
+	// leasectl purge. On the inbox Retention.Finished is the dedup window
+	// (docs/operations.md, Retention).
+	Retention leasing.RetentionPolicy
+	// Breaker is the policy of the breaker that stops claims while
+	// handlers report their destination Unavailable (docs/processor.md,
+	// Outages). The zero value is on, with the defaults.
+	Breaker BreakerPolicy
 }
+
+// instanceLabel returns the owner label of a processor with an
+// InstanceID.
+func (o Options) instanceLabel() string { return o.Owner + "@" + o.InstanceID }
 
 // resolve returns o with defaults filled in for queue q, and the claim
 // request the processor sends.
@@ -114,11 +165,19 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 		o.LeaseDuration = DefaultLeaseDuration
 	}
 	var claim leasing.ClaimRequest
-	if err := leasing.ValidateOwnerLabel(o.Owner); err != nil {
+	label := o.Owner
+	if o.InstanceID != "" {
+		if o.DirectConfig == nil {
+			return o, claim, argumentError("instance id", "needs DirectConfig, a direct connection to hold the identity on")
+		}
+		label = o.instanceLabel()
+	}
+	if err := leasing.ValidateOwnerLabel(label); err != nil {
 		return o, claim, err
 	}
 	claim = leasing.ClaimRequest{
-		Owner: leasing.NewOwner(o.Owner), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID,
+		Owner: leasing.NewOwner(label), BatchSize: o.BatchSize, LeaseFor: o.LeaseDuration, TenantID: o.TenantID,
+		Topics: slices.Clone(o.Topics),
 	}
 	if err := claim.Validate(); err != nil {
 		return o, claim, err
@@ -138,7 +197,7 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
-		if o.WorkSignal != nil {
+		if o.WorkSignal != nil || o.DirectConfig != nil {
 			o.PollInterval = DefaultSignalledPollInterval
 		}
 	}
@@ -146,7 +205,15 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 		return o, claim, err
 	}
 	var err error
+	if o.retains() {
+		if o.Retention, err = o.Retention.Resolve(); err != nil {
+			return o, claim, err
+		}
+	}
 	if o.Vacuum, err = o.Vacuum.resolve(); err != nil {
+		return o, claim, err
+	}
+	if o.Breaker, err = o.Breaker.resolve(); err != nil {
 		return o, claim, err
 	}
 	o.RetryPolicy = o.RetryPolicy.withDefaults()

@@ -31,7 +31,8 @@ func TestProcessorOptions(t *testing.T) {
 		require.Equal(t, 10*time.Second, o.ShutdownGrace)
 		require.Equal(t, time.Minute, o.HandlerTimeout)
 		require.Equal(t, processor.DefaultHandlerTimeout, o.HandlerTimeout)
-		require.Equal(t, processor.RetryPolicy{MaxAttempts: 5, InitialDelay: time.Second, MaxDelay: 5 * time.Minute, Multiplier: 2}, o.RetryPolicy)
+		require.Equal(t, processor.RetryPolicy{MaxAttempts: 24, InitialDelay: time.Second, MaxDelay: 5 * time.Minute, Multiplier: 2}, o.RetryPolicy)
+		require.Equal(t, processor.BreakerPolicy{Threshold: 5, ProbeInterval: time.Second, MaxProbeInterval: 30 * time.Second}, o.Breaker)
 		require.True(t, strings.HasPrefix(p.Owner(), "inbox-"), p.Owner())
 
 		q, err := processor.New(mem, ok, processor.Options{Owner: "billing"})
@@ -84,11 +85,16 @@ func TestProcessorOptions(t *testing.T) {
 			"RetryNegativeInitial":     {mem, ok, processor.Options{RetryPolicy: processor.RetryPolicy{InitialDelay: -time.Second}}, "retry initial delay"},
 			"RetryInitialOverMax":      {mem, ok, processor.Options{RetryPolicy: processor.RetryPolicy{InitialDelay: leasing.MaxDelay + 1}}, "retry initial delay"},
 			"RetryMaxOverMax":          {mem, ok, processor.Options{RetryPolicy: processor.RetryPolicy{MaxDelay: leasing.MaxDelay + 1}}, "retry max delay"},
-			"TenantWithNUL":            {mem, ok, processor.Options{TenantID: "t\x00"}, "tenant id"},
-			"TenantInvalidUTF8":        {mem, ok, processor.Options{TenantID: "\xff"}, "tenant id"},
-			"VacuumNegativeDeadRows":   {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DeadRows: -1}}, "vacuum dead rows"},
-			"VacuumNegativeInterval":   {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{CheckInterval: -time.Second}}, "vacuum check interval"},
-			"VacuumDutyCycleOverOne":   {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DutyCycle: 1.5}}, "vacuum duty cycle"},
+			"BreakerThresholdNegative": {mem, ok, processor.Options{Breaker: processor.BreakerPolicy{Threshold: -1}}, "breaker threshold"},
+			"BreakerProbeNegative":     {mem, ok, processor.Options{Breaker: processor.BreakerPolicy{ProbeInterval: -time.Second}}, "breaker probe interval"},
+			"BreakerMaxBelowProbe": {mem, ok, processor.Options{Breaker: processor.BreakerPolicy{ProbeInterval: time.Minute, MaxProbeInterval: time.Second}},
+				"breaker max probe interval"},
+			"TenantWithNUL":          {mem, ok, processor.Options{TenantID: "t\x00"}, "tenant id"},
+			"TenantInvalidUTF8":      {mem, ok, processor.Options{TenantID: "\xff"}, "tenant id"},
+			"TopicEmpty":             {mem, ok, processor.Options{Topics: []string{""}}, "topics"},
+			"VacuumNegativeDeadRows": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DeadRows: -1}}, "vacuum dead rows"},
+			"VacuumNegativeInterval": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{CheckInterval: -time.Second}}, "vacuum check interval"},
+			"VacuumDutyCycleOverOne": {mem, ok, processor.Options{Vacuum: processor.VacuumPolicy{DutyCycle: 1.5}}, "vacuum duty cycle"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()

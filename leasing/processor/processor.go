@@ -25,6 +25,9 @@ type Store interface {
 	Renew(ctx context.Context, leaseFor time.Duration, leases ...leasing.Lease) (leasing.RenewResult, error)
 	// Release gives leases back, due at once, their attempt returned.
 	Release(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error)
+	// ReleaseAfter gives leases back with their attempt returned, due
+	// again after each RetryAfter, with each Error as the last error.
+	ReleaseAfter(ctx context.Context, failures ...leasing.Failure) (leasing.WriteResult, error)
 	// ReleaseOrphans releases the rows leased to owner whose leases have
 	// not expired and whose ids are not in held.
 	ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error)
@@ -86,6 +89,7 @@ type Processor struct {
 	batch        BatchHandler // NewBatch's; nil for New's
 	opts         Options      // resolved: no zero fields left
 	ev           *events
+	breaker      *breaker
 	claimRequest leasing.ClaimRequest // what every claim sends, checked by New
 	wrote        chan struct{}        // capacity 1: rows written since the vacuum policy last looked
 
@@ -95,7 +99,10 @@ type Processor struct {
 
 	mu      sync.Mutex // guards started and refused
 	started bool
-	refused error // the first refusal for lack of a privilege; Run returns it
+	refused error // the first refusal (privilege, schema, instance); Run returns it
+
+	listener *leasing.Listener // Options.DirectConfig's, nil without
+	wakes    chan struct{}     // capacity 1: the listener's wakes, passed on as the WorkSignal
 }
 
 // PrivilegeChecker is a store that can tell, before the first claim,
@@ -141,6 +148,10 @@ func newProcessor(store Store, hasHandler bool, opts Options, set func(*Processo
 	if p.ev, err = newEvents(opts, store.Queue(), claimRequest, p.batch != nil); err != nil {
 		return nil, err
 	}
+	if err := p.prepareDirect(); err != nil {
+		return nil, err
+	}
+	p.breaker = newBreaker(opts.Breaker, opts.RetryPolicy, store.Queue(), p.ev)
 	return p, nil
 }
 
@@ -153,7 +164,8 @@ func (p *Processor) noteWrite() {
 }
 
 // Owner returns the lease owner name the processor claims with: the Owner
-// label and a random suffix (leasing.NewOwner).
+// label (Owner@InstanceID with an InstanceID) and a random suffix
+// (leasing.NewOwner).
 func (p *Processor) Owner() string { return p.claimRequest.Owner }
 
 // Options returns the options in effect, defaults filled in.
@@ -169,9 +181,15 @@ func (p *Processor) Options() Options { return p.opts }
 // nothing when the PrivilegeChecker finds one missing, and stops claiming
 // when the database refuses an outcome write, and then returns that error.
 //
+// With an Options.InstanceID, Run first takes the instance's identity and
+// ends its earlier incarnations' leases (docs/processor.md, Instance
+// identity).
+//
 // Errors: an error at once on a second Run; an error matching
 // leasing.ErrPermissionDenied (errors.As a *leasing.PrivilegeError when
-// the check found it) for a missing privilege.
+// the check found it) for a missing privilege; a
+// *leasing.InstanceInUseError when another live process holds the
+// InstanceID; with FailOnSchemaBehind, the *leasing.SchemaError.
 func (p *Processor) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.started {
@@ -183,6 +201,15 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer close(p.done)
 
 	base := context.WithoutCancel(ctx)
+	stopListener := p.runListener(base)
+	defer stopListener()
+	release, err := p.holdInstance(ctx, base)
+	if err != nil {
+		p.ev.health.set(StateStopped, err)
+		return err
+	}
+	defer release()
+
 	book := newBook(p.opts.LeaseDuration, p.ev)
 	w := newWriter(p, book, base, outcomesWaitingPerSlot*p.opts.Concurrency)
 	go w.run()
@@ -198,13 +225,16 @@ func (p *Processor) Run(ctx context.Context) error {
 	go func() {
 		defer close(vacDone)
 		if v, ok := p.store.(Vacuumer); ok {
-			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.report, p.wrote) // the policy was validated by New
+			_ = keepVacuumed(vacCtx, p.vacuumer(v), p.opts.Vacuum, p.ev.vacuumFailed, p.wrote) // the policy was validated by New
 		}
 	}()
 
+	defer p.startRetention(base)()
 	r := newRun(p, base, book, w)
 	w.dueSoon = r.claimEarly
+	p.breaker.wake = func() { r.claimEarly(0) }
 	r.loop(ctx)
+	p.ev.health.set(StateStopping, nil)
 	stopVacuum() // frees its pool connection for the shutdown's writes
 	<-vacDone
 	r.shutdown()
@@ -212,12 +242,16 @@ func (p *Processor) Run(ctx context.Context) error {
 	<-hbDone
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.ev.health.set(StateStopped, p.refused)
 	return p.refused
 }
 
 // refuse stops the processor for err, which Run returns unless an earlier
-// refusal came first.
+// refusal came first. A missing privilege is StatePrivilegesRefused.
 func (p *Processor) refuse(err error) {
+	if errors.Is(err, leasing.ErrPermissionDenied) {
+		p.ev.health.set(StatePrivilegesRefused, err)
+	}
 	p.mu.Lock()
 	if p.refused == nil {
 		p.refused = err

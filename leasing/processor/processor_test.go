@@ -60,6 +60,14 @@ func (b *processorBundle) row(t *testing.T, id uuid.UUID) leasing.Row {
 	return r
 }
 
+// rowOf returns the row of id in store.
+func (b *processorBundle) rowOf(t *testing.T, store leasing.Store, id uuid.UUID) leasing.Row {
+	t.Helper()
+	r, err := store.Get(context.Background(), id)
+	require.NoError(t, err)
+	return r
+}
+
 // claimAsOther claims like a second processor would.
 func (b *processorBundle) claimAsOther(t *testing.T) []leasing.Lease {
 	t.Helper()

@@ -66,7 +66,21 @@ func TestRetryPolicy(t *testing.T) {
 		require.False(t, p.DeadLetters(2))
 		require.True(t, p.DeadLetters(3))
 		require.True(t, p.DeadLetters(4))
-		require.True(t, processor.RetryPolicy{}.DeadLetters(5), "default 5 attempts")
-		require.False(t, processor.RetryPolicy{}.DeadLetters(4))
+		require.True(t, processor.RetryPolicy{}.DeadLetters(24), "default 24 attempts")
+		require.False(t, processor.RetryPolicy{}.DeadLetters(23))
+	})
+
+	// The default policy rides out a one-hour outage of a handler's
+	// destination with plain errors: its retries span more than an hour
+	// before the last attempt, which alone dead-letters.
+	t.Run("DefaultsOutlastAnHour", func(t *testing.T) {
+		t.Parallel()
+		var p processor.RetryPolicy
+		var span time.Duration
+		for attempt := 1; !p.DeadLetters(attempt); attempt++ {
+			span += p.Backoff(attempt)
+		}
+		require.Equal(t, 4711*time.Second, span)
+		require.Greater(t, span, time.Hour)
 	})
 }

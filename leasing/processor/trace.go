@@ -46,6 +46,7 @@ const (
 	processResultPublished    = "published"     // the outbox's success state was written
 	processResultFailed       = "failed"        // failed was written, due again after the backoff
 	processResultDeadLettered = "dead_lettered" // dead_lettered was written
+	processResultReleased     = "released"      // released by a verdict, due again after a delay, attempt returned
 	processResultLost         = "lost"          // the lease was lost: nothing written
 )
 
@@ -327,6 +328,8 @@ func (t tracer) endProcess(pw pendingWrite, o leasing.Outcome, err error) {
 		}
 	case writeDeadLetter:
 		outcome = processResultDeadLettered
+	case writeReleaseAfter:
+		outcome = processResultReleased
 	}
 	span.SetAttributes(attribute.String(attrProcessResult, outcome))
 	switch {

@@ -24,6 +24,10 @@ const (
 	writeComplete
 	writeFail
 	writeDeadLetter
+	// writeReleaseAfter releases with a delay and an error, the attempt
+	// returned: a RetryAfter or Unavailable verdict.
+	writeReleaseAfter
+	writeKinds // the number of kinds
 )
 
 // storeWrite is one store call writing outcomes.
@@ -33,7 +37,8 @@ type storeWrite func(context.Context) (leasing.WriteResult, error)
 type pendingWrite struct {
 	h       *heldLease
 	kind    writeKind
-	failure leasing.Failure // Lease always; RetryAfter and Error for fail and dead letter
+	failure leasing.Failure // Lease always; RetryAfter and Error for fail, dead letter and release after
+	verdict Verdict         // the handler's verdict on its error, for the logs
 }
 
 // writer writes outcomes in batches: each write takes everything queued
@@ -138,7 +143,7 @@ func (w *writer) run() {
 
 // write issues one store call per kind of outcome in batch.
 func (w *writer) write(batch []pendingWrite) {
-	var groups [writeDeadLetter + 1][]pendingWrite
+	var groups [writeKinds][]pendingWrite
 	for _, pw := range batch {
 		groups[pw.kind] = append(groups[pw.kind], pw)
 	}
@@ -184,7 +189,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	p := w.p
 	var (
 		leases   []leasing.Lease   // release and complete
-		failures []leasing.Failure // fail and dead letter
+		failures []leasing.Failure // fail, dead letter and release after
 	)
 	if kind == writeRelease || kind == writeComplete {
 		leases = make([]leasing.Lease, len(g))
@@ -205,6 +210,8 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 			return p.store.Complete(ctx, leases...)
 		case writeFail:
 			return p.store.Fail(ctx, failures...)
+		case writeReleaseAfter:
+			return p.store.ReleaseAfter(ctx, failures...)
 		default:
 			return p.store.DeadLetter(ctx, failures...)
 		}
@@ -221,7 +228,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	switch {
 	case errors.Is(err, leasing.ErrPermissionDenied):
 		p.refuse(p.ev.errorf("stopped: the database refused an outcome write", err))
-	case err == nil && kind == writeFail:
+	case err == nil && (kind == writeFail || kind == writeReleaseAfter):
 		w.retriesDue(g, res)
 	case err == nil && (kind == writeComplete || kind == writeDeadLetter):
 		w.keysFreed(g, res)
