@@ -18,7 +18,7 @@ MODULES := . integration cmd/leasectl examples adapters/natsjs adapters/rabbitmq
 in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 
 .DEFAULT_GOAL := help
-.PHONY: help generate verify test test-short db-start brokers-start demo stress bench lint
+.PHONY: help generate verify test test-short db-start brokers-start demo stress bench bench-river lint
 
 help: ## List the targets.
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -55,6 +55,9 @@ stress: db-start ## Long reliability runs: 100k-message stress, faults, restart,
 
 bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
 	cd cmd/leasectl && go run . bench --rounds 5
+
+bench-river: db-start ## Processor beside River's bench configuration, alternating rounds (internal/bench/river).
+	cd internal/bench/river && GOWORK=off go vet . && GOWORK=off go run . -rounds 3
 
 lint: ## go vet, staticcheck (pinned in tools/go.mod) and gofmt, in every module.
 	$(call in_modules,go vet ./...)

@@ -25,7 +25,7 @@
 --     updatable: a processor cannot rewrite a message or move it to another
 --     tenant (nor to another ordering key);
 --   * SELECT, INSERT, UPDATE and DELETE on the ordering keys' tables, and
---     SELECT on leasestore_queue_settings.
+--     SELECT on leasestore_queue_settings and leasestore_paused.
 -- No DELETE: deleting rows is Purge, a retention job run by an operator,
 -- not by processors; a processor that could delete could also make a
 -- message vanish without a terminal state. No TRUNCATE, REFERENCES or
@@ -45,7 +45,8 @@
 -- VacuumPolicy.Disabled (docs/operations.md, Vacuum).
 --
 -- leasestore_operator (NOLOGIN) is a processor that may also DELETE, for
--- Purge (leasectl purge), and set strict ordering (leasectl ordering). It
+-- Purge (leasectl purge), set strict ordering (leasectl ordering), and
+-- pause and resume claims (leasectl pause|resume). It
 -- still cannot TRUNCATE, ALTER or DROP.
 
 BEGIN;
@@ -98,6 +99,18 @@ GRANT SELECT ON leasestore_queue_settings TO leasestore_processor;
 GRANT INSERT, UPDATE ON leasestore_queue_settings TO leasestore_operator;
 
 GRANT DELETE ON inbox_messages, outbox_messages TO leasestore_operator;
+
+-- Pauses (migration 00015): every claim reads them; only an operator
+-- pauses (INSERT) and resumes (DELETE). Skipped on a schema before 00015.
+DO $paused$
+BEGIN
+    IF to_regclass('leasestore_paused') IS NOT NULL THEN
+        REVOKE ALL ON leasestore_paused FROM leasestore_processor, leasestore_operator;
+        GRANT SELECT ON leasestore_paused TO leasestore_processor;
+        GRANT INSERT, DELETE ON leasestore_paused TO leasestore_operator;
+    END IF;
+END
+$paused$;
 
 -- The work signal (migration 00014): the insert trigger's WHEN clause reads
 -- the signal's sequences as the inserting role. 00014 grants SELECT to

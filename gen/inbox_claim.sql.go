@@ -13,15 +13,22 @@ import (
 )
 
 const inboxClaim = `-- name: InboxClaim :many
-WITH RECURSIVE scope AS (
+WITH RECURSIVE paused AS (
+    -- The queue's pauses (leasestore_paused, one index range): topic ''
+    -- pauses the whole queue.
+    SELECT p.topic FROM leasestore_paused AS p WHERE p.queue = 'inbox'
+), scope AS (
     -- What the claim leaves out, read once: excluded, the topics it must
-    -- not claim; every, whether it names no topics; plain, whether it
-    -- claims every topic in FIFO order through one index (no topics named,
-    -- none left out). NULL arrays count as empty.
-    SELECT coalesce($1::text[], '{}') AS excluded,
+    -- not claim (except_topics and the paused ones); halted, whether the
+    -- whole queue is paused; every, whether it names no topics; plain,
+    -- whether it claims every topic in FIFO order through one index (no
+    -- topics named, none left out). NULL arrays count as empty.
+    SELECT coalesce($1::text[], '{}') || ARRAY(SELECT topic FROM paused) AS excluded,
+           EXISTS (SELECT FROM paused WHERE topic = '') AS halted,
            coalesce(cardinality($2::text[]), 0) = 0 AS every,
            coalesce(cardinality($2::text[]), 0) = 0
-               AND coalesce(cardinality($1::text[]), 0) = 0 AS plain
+               AND coalesce(cardinality($1::text[]), 0) = 0
+               AND NOT EXISTS (SELECT FROM paused) AS plain
 ),
 present(topic) AS (
     -- The topics that have ready rows, one descent each of
@@ -88,7 +95,7 @@ present(topic) AS (
         LIMIT $4::integer
         FOR UPDATE SKIP LOCKED
     ) AS r
-    WHERE NOT (SELECT plain FROM scope)
+    WHERE NOT (SELECT plain FROM scope) AND NOT (SELECT halted FROM scope)
       AND t.topic <> ALL((SELECT excluded FROM scope)::text[])
 ), ready AS (
     SELECT message_id, created_at, unclaimable, due_at FROM ready_plain
@@ -118,6 +125,7 @@ present(topic) AS (
              AND l.lease_owner IS NOT NULL
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.message_type = ANY($2::text[]))
       AND m.message_type <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
@@ -282,15 +290,22 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 }
 
 const inboxClaimTenant = `-- name: InboxClaimTenant :many
-WITH RECURSIVE scope AS (
+WITH RECURSIVE paused AS (
+    -- The queue's pauses (leasestore_paused, one index range): topic ''
+    -- pauses the whole queue.
+    SELECT p.topic FROM leasestore_paused AS p WHERE p.queue = 'inbox'
+), scope AS (
     -- What the claim leaves out, read once: excluded, the topics it must
-    -- not claim; every, whether it names no topics; plain, whether it
-    -- claims every topic in FIFO order through one index (no topics named,
-    -- none left out). NULL arrays count as empty.
-    SELECT coalesce($1::text[], '{}') AS excluded,
+    -- not claim (except_topics and the paused ones); halted, whether the
+    -- whole queue is paused; every, whether it names no topics; plain,
+    -- whether it claims every topic in FIFO order through one index (no
+    -- topics named, none left out). NULL arrays count as empty.
+    SELECT coalesce($1::text[], '{}') || ARRAY(SELECT topic FROM paused) AS excluded,
+           EXISTS (SELECT FROM paused WHERE topic = '') AS halted,
            coalesce(cardinality($2::text[]), 0) = 0 AS every,
            coalesce(cardinality($2::text[]), 0) = 0
-               AND coalesce(cardinality($1::text[]), 0) = 0 AS plain
+               AND coalesce(cardinality($1::text[]), 0) = 0
+               AND NOT EXISTS (SELECT FROM paused) AS plain
 ),
 ready AS (
     -- Index order over inbox_messages_tenant_ready_idx; visible_after is an index condition.
@@ -309,6 +324,7 @@ ready AS (
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce($3::timestamptz, statement_timestamp())
       AND tenant_id = $4::text
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.message_type = ANY($2::text[]))
       AND m.message_type <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
@@ -339,6 +355,7 @@ ready AS (
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
       AND tenant_id = $4::text
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.message_type = ANY($2::text[]))
       AND m.message_type <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id

@@ -131,28 +131,38 @@ WITH locked AS (
     ORDER BY m.message_id
     FOR UPDATE
 ), rejoining AS (
-    SELECT l.message_id, l.tenant_id, l.ordering_key,
-           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    -- Every locked row, and for a keyed dead letter that does not hold its
+    -- key (rejoins) its place among its key's rejoining rows (n), how many
+    -- rejoin its key (added) and its key's rank in key order (line): one
+    -- sort, and no join of the statement's own results on the key (see
+    -- EnqueueOrder: such a join, planned from estimates, can visit every
+    -- key for every row).
+    SELECT l.message_id, l.status, l.tenant_id, l.ordering_key, r.rejoins,
+           row_number() OVER (PARTITION BY r.rejoins, l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n,
+           count(*) OVER (PARTITION BY r.rejoins, l.tenant_id, l.ordering_key) AS added,
+           dense_rank() OVER (PARTITION BY r.rejoins ORDER BY l.tenant_id, l.ordering_key)::int AS line
     FROM locked AS l
-    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
-), counts AS (
-    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
-           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
-    FROM rejoining AS r
-    GROUP BY r.tenant_id, r.ordering_key
+    CROSS JOIN LATERAL (SELECT l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head AS rejoins) AS r
 ), keyed AS (
     INSERT INTO inbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
-    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+    SELECT r.tenant_id, r.ordering_key, r.added, r.message_id,
            coalesce($2::timestamptz, statement_timestamp())
-    FROM counts AS c
-    ORDER BY c.tenant_id, c.ordering_key
+    FROM rejoining AS r
+    WHERE r.rejoins AND r.n = 1
+    ORDER BY r.tenant_id, r.ordering_key
     ON CONFLICT (tenant_id, ordering_key) DO UPDATE
     SET last_seq = k.last_seq + excluded.last_seq
     RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
+), lines AS MATERIALIZED (
+    -- The upserted key rows in key order, one row of arrays: line i is
+    -- the key of rank i.
+    SELECT array_agg(k.last_seq ORDER BY k.tenant_id, k.ordering_key) AS last_seqs,
+           array_agg(k.head_id ORDER BY k.tenant_id, k.ordering_key) AS head_ids
+    FROM keyed AS k
 ), requeued AS (
     UPDATE inbox_messages AS m
-    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
-        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
+    SET status           = CASE WHEN NOT r.rejoins OR (r.n = 1 AND r.message_id = ln.head_ids[r.line]) THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN NOT r.rejoins THEN m.key_seq ELSE ln.last_seqs[r.line] - r.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -164,12 +174,10 @@ WITH locked AS (
             'attempt', m.attempt_count, 'generation', 0,
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
-    FROM locked AS l
-    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
-    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
-    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
-    WHERE m.message_id = l.message_id
-      AND l.status = 'dead_lettered'
+    FROM rejoining AS r
+    CROSS JOIN lines AS ln
+    WHERE m.message_id = r.message_id
+      AND r.status = 'dead_lettered'
     RETURNING m.message_id
 ), due_now AS (
     SELECT 1 FROM requeued
@@ -242,28 +250,38 @@ WITH picked AS (
     ORDER BY m.message_id
     FOR UPDATE
 ), rejoining AS (
-    SELECT l.message_id, l.tenant_id, l.ordering_key,
-           row_number() OVER (PARTITION BY l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n
+    -- Every locked row, and for a keyed dead letter that does not hold its
+    -- key (rejoins) its place among its key's rejoining rows (n), how many
+    -- rejoin its key (added) and its key's rank in key order (line): one
+    -- sort, and no join of the statement's own results on the key (see
+    -- EnqueueOrder: such a join, planned from estimates, can visit every
+    -- key for every row).
+    SELECT l.message_id, l.status, l.tenant_id, l.ordering_key, r.rejoins,
+           row_number() OVER (PARTITION BY r.rejoins, l.tenant_id, l.ordering_key ORDER BY l.key_seq, l.message_id) AS n,
+           count(*) OVER (PARTITION BY r.rejoins, l.tenant_id, l.ordering_key) AS added,
+           dense_rank() OVER (PARTITION BY r.rejoins ORDER BY l.tenant_id, l.ordering_key)::int AS line
     FROM locked AS l
-    WHERE l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head
-), counts AS (
-    SELECT r.tenant_id, r.ordering_key, count(*) AS added,
-           (array_agg(r.message_id ORDER BY r.n))[1] AS first_id
-    FROM rejoining AS r
-    GROUP BY r.tenant_id, r.ordering_key
+    CROSS JOIN LATERAL (SELECT l.status = 'dead_lettered' AND l.ordering_key IS NOT NULL AND NOT l.head AS rejoins) AS r
 ), keyed AS (
     INSERT INTO inbox_ordering_keys AS k (tenant_id, ordering_key, last_seq, head_id, head_since)
-    SELECT c.tenant_id, c.ordering_key, c.added, c.first_id,
+    SELECT r.tenant_id, r.ordering_key, r.added, r.message_id,
            coalesce($2::timestamptz, statement_timestamp())
-    FROM counts AS c
-    ORDER BY c.tenant_id, c.ordering_key
+    FROM rejoining AS r
+    WHERE r.rejoins AND r.n = 1
+    ORDER BY r.tenant_id, r.ordering_key
     ON CONFLICT (tenant_id, ordering_key) DO UPDATE
     SET last_seq = k.last_seq + excluded.last_seq
     RETURNING k.tenant_id, k.ordering_key, k.last_seq, k.head_id
+), lines AS MATERIALIZED (
+    -- The upserted key rows in key order, one row of arrays: line i is
+    -- the key of rank i.
+    SELECT array_agg(k.last_seq ORDER BY k.tenant_id, k.ordering_key) AS last_seqs,
+           array_agg(k.head_id ORDER BY k.tenant_id, k.ordering_key) AS head_ids
+    FROM keyed AS k
 ), requeued AS (
     UPDATE inbox_messages AS m
-    SET status           = CASE WHEN r.message_id IS NULL OR r.message_id = k.head_id THEN 'pending' ELSE 'waiting' END,
-        key_seq          = CASE WHEN r.message_id IS NULL THEN m.key_seq ELSE k.last_seq - c.added + r.n END,
+    SET status           = CASE WHEN NOT r.rejoins OR (r.n = 1 AND r.message_id = ln.head_ids[r.line]) THEN 'pending' ELSE 'waiting' END,
+        key_seq          = CASE WHEN NOT r.rejoins THEN m.key_seq ELSE ln.last_seqs[r.line] - r.added + r.n END,
         visible_after    = coalesce($2::timestamptz, statement_timestamp()),
         attempt_count    = 0,
         lease_owner      = NULL,
@@ -275,12 +293,10 @@ WITH picked AS (
             'attempt', m.attempt_count, 'generation', 0,
             'finished_at', coalesce($2::timestamptz, statement_timestamp()),
             'outcome', 'requeued', 'operator', true))
-    FROM locked AS l
-    LEFT JOIN rejoining AS r ON r.message_id = l.message_id
-    LEFT JOIN counts AS c ON c.tenant_id = r.tenant_id AND c.ordering_key = r.ordering_key
-    LEFT JOIN keyed AS k ON k.tenant_id = r.tenant_id AND k.ordering_key = r.ordering_key
-    WHERE m.message_id = l.message_id
-      AND l.status = 'dead_lettered'
+    FROM rejoining AS r
+    CROSS JOIN lines AS ln
+    WHERE m.message_id = r.message_id
+      AND r.status = 'dead_lettered'
     RETURNING m.message_id
 ), due_now AS (
     SELECT 1 FROM requeued

@@ -62,6 +62,15 @@ type LeasestoreDbVersion struct {
 	Tstamp    pgtype.Timestamp
 }
 
+type LeasestorePaused struct {
+	Queue string
+	// The paused topic (outbox) or message type (inbox); empty: the whole queue.
+	Topic string
+	// Who paused it, as the caller named itself (leasectl: user@host).
+	PausedBy string
+	PausedAt time.Time
+}
+
 type LeasestoreQueueSetting struct {
 	Queue          string
 	StrictOrdering bool

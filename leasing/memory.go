@@ -33,6 +33,7 @@ type Memory struct {
 	rows   map[uuid.UUID]*Row
 	keys   map[[2]string]*memKey // ordering keys in use, by (tenant, key)
 	strict bool                  // SetStrictOrdering
+	paused map[string]Pause      // Pause, by topic ("" for the whole queue)
 }
 
 var _ Store = (*Memory)(nil)

@@ -92,7 +92,7 @@ func (m *Memory) Claim(ctx context.Context, req ClaimRequest) ([]Lease, error) {
 	defer m.mu.Unlock()
 	now := m.clock()
 	due := m.ordered(func(r *Row) bool {
-		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.inScope(r, req) && m.due(r, now, leaseFor)
+		return (req.TenantID == "" || r.TenantID == req.TenantID) && m.inScope(r, req) && !m.isPaused(r) && m.due(r, now, leaseFor)
 	})
 	leases := []Lease{}
 	var parked []ParkedRow

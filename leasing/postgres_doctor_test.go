@@ -45,7 +45,7 @@ func TestDoctor(t *testing.T) {
 		require.Positive(t, in.ClaimBuffers)
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_ready_idx")
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_inflight_idx")
-		require.Len(t, in.Indexes, 10)
+		require.Len(t, in.Indexes, 11)
 		require.True(t, in.MayVacuum, "the test user owns the tables")
 		for _, ix := range in.Indexes {
 			require.True(t, ix.Present && ix.Valid, ix.Name)
@@ -305,7 +305,7 @@ func TestDoctor(t *testing.T) {
 		var rep doctor.Report
 		require.NoError(t, json.Unmarshal(js.Bytes(), &rep))
 		in := rep.Queues[0]
-		require.True(t, hasProblem(in.Problems, "this role may not run every statement a processor sends: free ordering keys (permission denied for table inbox_ordering_keys); a processor connecting as it claims nothing"), in.Problems)
+		require.True(t, hasProblem(in.Problems, "this role may not run every statement a processor sends: claim (permission denied for table leasestore_paused), free ordering keys (permission denied for table inbox_ordering_keys); a processor connecting as it claims nothing"), in.Problems)
 		require.False(t, hasProblem(in.Problems, "INSERT"), "processors need no INSERT: %v", in.Problems)
 		// The text output still shows the tables' state and the signal.
 		var text bytes.Buffer

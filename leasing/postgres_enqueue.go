@@ -22,7 +22,9 @@ func (s *Postgres) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResu
 
 // EnqueueTx is Enqueue inside the caller's transaction tx, so that messages
 // commit or roll back with the business change that produced them: the
-// transactional outbox. One INSERT statement for the whole batch. Begin tx
+// transactional outbox. One INSERT statement for the whole batch, and for
+// keyed messages a second that places them in their keys' lines, sent
+// with it in one round trip. Begin tx
 // on the store's pool or any connection to the same database, e.g. with
 // pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { ... }).
 //
@@ -44,6 +46,23 @@ func (s *Postgres) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs ...NewMessage)
 	return s.enqueue(ctx, tx, msgs)
 }
 
+// InTx returns s bound to tx, an open transaction on the store's
+// database: its Enqueue is EnqueueTx(ctx, tx, msgs...), with EnqueueTx's
+// errors (an *ArgumentError for a nil tx). Producer code that takes a
+// leasing.Enqueuer gets it in production and a Memory transaction
+// (Memory.Begin) in its unit tests.
+func (s *Postgres) InTx(tx pgx.Tx) Enqueuer { return txEnqueuer{s: s, tx: tx} }
+
+// txEnqueuer is a Postgres store bound to a transaction (InTx).
+type txEnqueuer struct {
+	s  *Postgres
+	tx pgx.Tx
+}
+
+func (e txEnqueuer) Enqueue(ctx context.Context, msgs ...NewMessage) (EnqueueResult, error) {
+	return e.s.EnqueueTx(ctx, e.tx, msgs...)
+}
+
 // enqueue inserts msgs in tx, or in a transaction of its own when tx is nil.
 func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (res EnqueueResult, err error) {
 	msgs, err = validateMessages(s.queue, msgs)
@@ -61,6 +80,8 @@ func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (r
 		steps = append(steps, bind(s.q.enqueueOrder, gen.InboxEnqueueOrderParams{MessageIds: idTexts(c.ids), Now: c.now}))
 	}
 	switch {
+	case tx != nil && c.keyed:
+		err = sendIn(ctx, tx, steps...)
 	case tx != nil:
 		err = runIn(ctx, tx, steps...)
 	case c.keyed:
@@ -71,7 +92,42 @@ func (s *Postgres) enqueue(ctx context.Context, tx pgx.Tx, msgs []NewMessage) (r
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: %w", s.queue, err)
 	}
-	return enqueueResult(msgs, insert.out), nil
+	stored, err := s.duplicatesOf(ctx, tx, msgs, skipped(msgs, insert.out))
+	if err != nil {
+		return EnqueueResult{}, fmt.Errorf("leasing: enqueue %s: read the ids of the stored duplicates: %w", s.queue, err)
+	}
+	return enqueueResult(msgs, insert.out, stored), nil
+}
+
+// duplicatesOf maps each index of skip, the messages of msgs an enqueue
+// skipped, to the id of the stored message it duplicates, read in tx, or
+// after the enqueue committed when tx is nil. No statement when skip is
+// empty: the enqueue without duplicates costs what it did.
+func (s *Postgres) duplicatesOf(ctx context.Context, tx pgx.Tx, msgs []NewMessage, skip []int) (map[int]uuid.UUID, error) {
+	if len(skip) == 0 {
+		return nil, nil
+	}
+	p := gen.InboxEnqueueDuplicatesParams{
+		MessageIds: make([]string, len(skip)), TenantIds: make([]string, len(skip)), IdempotencyKeys: make([]string, len(skip)),
+	}
+	for j, i := range skip {
+		p.MessageIds[j], p.TenantIds[j], p.IdempotencyKeys[j] = msgs[i].ID.String(), msgs[i].TenantID, msgs[i].IdempotencyKey
+	}
+	lookup := bind(s.q.enqueueDuplicates, p)
+	var err error
+	if tx != nil {
+		err = runIn(ctx, tx, lookup)
+	} else {
+		err = s.send(ctx, anySchema, lookup)
+	}
+	if err != nil {
+		return nil, err
+	}
+	stored := make(map[int]uuid.UUID, len(lookup.out))
+	for _, r := range lookup.out {
+		stored[skip[r.Position-1]] = r.StoredID
+	}
+	return stored, nil
 }
 
 // EnqueueCopy bulk-loads msgs with COPY inside the caller's transaction tx:

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -159,5 +161,103 @@ func TestKeyWritePlans(t *testing.T) {
 			require.Less(t, buffers(root), int64(400), "%s %s: buffers for a batch of 10", name, mode)
 			t.Logf("%s %s: %d buffers", name, mode, buffers(root))
 		}
+	}
+}
+
+// TestEnqueueOrderLinear: placing keyed rows in their keys' lines
+// (EnqueueOrder, after the insert of an enqueue) costs in proportion to
+// the messages it places, whatever the number of keys: 10,000 waiting rows
+// over 5,000 keys, half of which already have a line (a key row and a
+// leased head), placed on the custom and the generic plan, visit at most
+// a few rows and buffers per message. A plan that joins the statement's
+// own intermediate results through nested loops visits thousands per
+// message.
+func TestEnqueueOrderLinear(t *testing.T) {
+	t.Parallel()
+	const messages, keys = 10_000, 5_000
+	for _, q := range queues {
+		t.Run(q.table, func(t *testing.T) {
+			t.Parallel()
+			conn := connect(t)
+			ctx := t.Context()
+			seed(t, conn, q, q.done, 0, 49_999)
+			keysTable := strings.TrimSuffix(q.table, "_messages") + "_ordering_keys"
+			// Keys 0..keys/2-1 have a line: a leased head and its key row.
+			seedKeyed(t, conn, q, q.inFlight, 100_000, 100_000+keys/2-1, keys/2)
+			_, err := conn.Exec(ctx, fmt.Sprintf(`
+				INSERT INTO %s (tenant_id, ordering_key, last_seq, head_id, head_since)
+				SELECT '', ordering_key, 1, message_id, now() FROM %s WHERE ordering_key IS NOT NULL`,
+				keysTable, q.table))
+			require.NoError(t, err)
+			// The rows an enqueue of messages over keys inserts: waiting, no key_seq.
+			var ids string
+			require.NoError(t, conn.QueryRow(ctx, fmt.Sprintf(`
+				WITH fresh AS (
+				    INSERT INTO %s (message_id, payload, created_at, visible_after, status, ordering_key)
+				    SELECT gen_random_uuid(), '\x01', now(), now(), 'waiting', 'key-' || (g %% $2::int)
+				    FROM generate_series(1, $1::int) AS g
+				    RETURNING message_id)
+				SELECT array_agg(message_id)::text FROM fresh`, q.table), messages, keys).Scan(&ids))
+			analyze(t, conn, q)
+			_, err = conn.Exec(ctx, "ANALYZE "+keysTable)
+			require.NoError(t, err)
+
+			sql := generatedSQL(t, q.genFile, strings.Replace(q.genConst, "Claim", "EnqueueOrder", 1))
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				root := explainMaintenance(t, conn, sql, mode, map[uint32]string{
+					pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL",
+				})
+				var placed int64
+				walk(root, nil, func(n planNode, _ []planNode) {
+					if n.NodeType == "ModifyTable" && n.Relation == q.table {
+						placed = int64(n.ActualRows)
+					}
+				})
+				require.Equal(t, int64(messages), placed, "%s: rows placed", mode)
+				rows, bufs := rowsProcessed(root)/messages, float64(buffers(root))/messages
+				t.Logf("%s %s: %.1f rows and %.1f buffers per message", q.table, mode, rows, bufs)
+				require.LessOrEqual(t, rows, 25.0, "%s: rows visited per message: %s", mode, mustJSON(root))
+				require.LessOrEqual(t, bufs, 30.0, "%s: buffers per message: %s", mode, mustJSON(root))
+			}
+		})
+	}
+}
+
+// TestRequeueKeyedLinear: Requeue of 4,000 keyed dead letters over 2,000
+// keys, half of which still have a line, rejoins them at a cost in
+// proportion to the rows, on the custom and the generic plan (the
+// statement shares the placing of rows in key lines with EnqueueOrder).
+func TestRequeueKeyedLinear(t *testing.T) {
+	t.Parallel()
+	const messages, keys = 4_000, 2_000
+	q := queues[0]
+	conn := connect(t)
+	ctx := t.Context()
+	seedKeyed(t, conn, q, q.inFlight, 0, keys/2-1, keys/2)
+	_, err := conn.Exec(ctx, `
+		INSERT INTO inbox_ordering_keys (tenant_id, ordering_key, last_seq, head_id, head_since)
+		SELECT '', ordering_key, 1, message_id, now() FROM inbox_messages WHERE ordering_key IS NOT NULL`)
+	require.NoError(t, err)
+	var ids string
+	require.NoError(t, conn.QueryRow(ctx, `
+		WITH dead AS (
+		    INSERT INTO inbox_messages (message_id, payload, created_at, visible_after, status,
+		                                dead_lettered_at, last_error, ordering_key, key_seq)
+		    SELECT gen_random_uuid(), '\x01', now(), now(), 'dead_lettered', now(), 'e',
+		           'key-' || (g % $2::int), 100 + g
+		    FROM generate_series(1, $1::int) AS g
+		    RETURNING message_id)
+		SELECT array_agg(message_id)::text FROM dead`, messages, keys).Scan(&ids))
+	analyze(t, conn, q)
+	sql := generatedSQL(t, q.genFile, "inboxRequeue")
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		root := explainMaintenance(t, conn, sql, mode, map[uint32]string{
+			pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL",
+		})
+		require.Equal(t, float64(messages), root.ActualRows, mode)
+		rows, bufs := rowsProcessed(root)/messages, float64(buffers(root))/messages
+		t.Logf("%s: %.1f rows and %.1f buffers per message", mode, rows, bufs)
+		require.LessOrEqual(t, rows, 40.0, "%s: rows visited per message: %s", mode, mustJSON(root))
+		require.LessOrEqual(t, bufs, 40.0, "%s: buffers per message: %s", mode, mustJSON(root))
 	}
 }

@@ -41,6 +41,27 @@ func (s *processorRoleStore) SetStrictOrdering(ctx context.Context, strict bool)
 	return s.operator.SetStrictOrdering(ctx, strict)
 }
 
+// Pause is an operator action: refused to the processor role, then done
+// as a leasestore_operator login.
+func (s *processorRoleStore) Pause(ctx context.Context, r leasing.PauseRequest) error {
+	if err := s.Postgres.Pause(ctx, r); isArgErr(err) {
+		return err
+	} else if !isPermissionDenied(err) {
+		s.tb.Errorf("Pause as leasestore_processor: want permission denied, got %v", err)
+	}
+	return s.operator.Pause(ctx, r)
+}
+
+// Resume is an operator action, as Pause.
+func (s *processorRoleStore) Resume(ctx context.Context, r leasing.PauseRequest) error {
+	if err := s.Postgres.Resume(ctx, r); isArgErr(err) {
+		return err
+	} else if !isPermissionDenied(err) {
+		s.tb.Errorf("Resume as leasestore_processor: want permission denied, got %v", err)
+	}
+	return s.operator.Resume(ctx, r)
+}
+
 // TestRolesContract runs the whole store contract with every store
 // connecting as a login role whose only privileges come from
 // leasestore_processor (db/roles.sql); purges go through a

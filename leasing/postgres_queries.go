@@ -46,6 +46,9 @@ type queries struct {
 	orderingHealth   func(context.Context, gen.DBTX, gen.InboxOrderingHealthParams) ([]gen.InboxOrderingHealthRow, error)
 	vacuum           func(context.Context, gen.DBTX, struct{}) (struct{}, error)
 	vacuumKeys       func(context.Context, gen.DBTX, struct{}) (struct{}, error)
+
+	// enqueueDuplicates is the inbox's only: the outbox refuses duplicates.
+	enqueueDuplicates func(context.Context, gen.DBTX, gen.InboxEnqueueDuplicatesParams) ([]gen.InboxEnqueueDuplicatesRow, error)
 }
 
 // queriesFor returns the queries of q, a valid queue.
@@ -94,6 +97,8 @@ func inboxQueries(q *gen.Queries) queries {
 		orderingHealth:   q.InboxOrderingHealth,
 		vacuum:           exec(q.InboxVacuum),
 		vacuumKeys:       exec(q.InboxVacuumKeys),
+
+		enqueueDuplicates: q.InboxEnqueueDuplicates,
 	}
 }
 

@@ -46,6 +46,10 @@ func TestQueriesNameTheirQueue(t *testing.T) {
 			name := v.Type().Field(i).Name
 			// The fields are unexported: reach them through their address.
 			f := reflect.NewAt(v.Field(i).Type(), unsafe.Pointer(v.Field(i).UnsafeAddr())).Elem()
+			if q == Outbox && name == "enqueueDuplicates" {
+				require.True(t, f.IsNil(), "the outbox refuses duplicates: it has no lookup")
+				continue
+			}
 			require.False(t, f.IsNil(), "%s: %s is not set", q, name)
 			var rec pgbatch.Recorder
 			f.Call([]reflect.Value{reflect.ValueOf(context.Background()), reflect.ValueOf(&rec), reflect.Zero(f.Type().In(2))})

@@ -106,11 +106,23 @@ func (s *Postgres) sendOnce(ctx context.Context, db pgbatch.Sender, class callCl
 		settings = bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
 	all := append([]step{bind(exec(g.UseReadCommitted), struct{}{}), settings}, steps...)
-	runs := make([]func(gen.DBTX) error, len(all))
-	for i, st := range all {
+	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all)...))
+}
+
+// runsOf returns steps as pgbatch.Send takes them.
+func runsOf(ctx context.Context, steps []step) []func(gen.DBTX) error {
+	runs := make([]func(gen.DBTX) error, len(steps))
+	for i, st := range steps {
 		runs[i] = func(db gen.DBTX) error { return st.run(ctx, db) }
 	}
-	return mapErr(pgbatch.Send(ctx, db, runs...))
+	return runs
+}
+
+// sendIn sends steps in one batch, one round trip, on tx, the caller's
+// transaction, with its settings untouched (EnqueueTx of keyed messages:
+// the insert and EnqueueOrder), and maps the first error.
+func sendIn(ctx context.Context, tx pgbatch.Sender, steps ...step) error {
+	return mapErr(pgbatch.Send(ctx, tx, runsOf(ctx, steps)...))
 }
 
 // runIn runs steps one by one on db, the caller's transaction, with its

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasestore/leasestore/gen"
 )
@@ -82,6 +83,47 @@ func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, 
 		return WriteResult{}, err
 	}
 	return s.write(ctx, "complete", s.complete(s.fence(owner, leases)), keyedIDs(leases))
+}
+
+// CompleteTx is Complete inside the caller's transaction tx: the
+// completion (publication on the outbox) commits or rolls back with tx's
+// other writes, so that a handler's effects and its message's completion
+// commit together or not at all (the transactional inbox;
+// processor.NewTx runs handlers so). Begin tx on the store's pool or any
+// connection to the same database. PostgreSQL only: Memory has no
+// counterpart.
+//
+// The statement is Complete's, fenced as Complete is, with tx's settings
+// untouched (its isolation level and lock_timeout, as for EnqueueTx). It
+// locks the leases' message rows (and, for keyed messages, their keys'
+// rows) until tx ends: call it last, just before Commit, so that the
+// heartbeat's Renew of these rows waits the shortest time. Each outcome
+// holds once tx commits; an outcome other than applied (WriteResult.Err
+// says which) means this lease may not finish the message: roll tx back.
+// In a REPEATABLE READ or SERIALIZABLE tx a row written by another
+// transaction since tx's snapshot fails the call with a serialization
+// failure (SQLSTATE 40001).
+//
+// Errors: an *ArgumentError for a nil tx or bad leases; a *SchemaError
+// when the schema is behind the code's; ErrLockTimeout when tx's own
+// lock_timeout ran out; otherwise the driver error. After an error tx is
+// aborted.
+func (s *Postgres) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...Lease) (WriteResult, error) {
+	if tx == nil {
+		return WriteResult{}, argumentError("tx", "must not be nil")
+	}
+	owner, err := validateLeases(s.queue, leases)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	if err := s.schemaReady(ctx); err != nil {
+		return WriteResult{}, err
+	}
+	w := s.complete(s.fence(owner, leases))
+	if err := runIn(ctx, tx, append([]step{w}, s.keySteps(keyedIDs(leases))...)...); err != nil {
+		return WriteResult{}, fmt.Errorf("leasing: complete %s in the caller's transaction: %w", s.queue, err)
+	}
+	return WriteResult{Outcomes: outcomes(w.result())}, nil
 }
 
 // complete returns the Complete (Publish) statement for f.

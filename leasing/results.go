@@ -7,20 +7,34 @@ import (
 	"github.com/google/uuid"
 )
 
-// enqueueResult reports msgs against the ids the store inserted.
-func enqueueResult(msgs []NewMessage, inserted []uuid.UUID) EnqueueResult {
+// enqueueResult reports msgs against the ids the store inserted; stored
+// maps the index of each message skipped as a duplicate to the id of the
+// stored message it duplicates (missing: uuid.Nil).
+func enqueueResult(msgs []NewMessage, inserted []uuid.UUID, stored map[int]uuid.UUID) EnqueueResult {
+	res := EnqueueResult{IDs: make([]uuid.UUID, len(msgs)), Duplicates: []Duplicate{}}
+	for i, m := range msgs {
+		res.IDs[i] = m.ID
+	}
+	for _, i := range skipped(msgs, inserted) {
+		res.Duplicates = append(res.Duplicates, Duplicate{Index: i, ID: stored[i]})
+	}
+	return res
+}
+
+// skipped returns the indexes of the messages of msgs whose ids are not
+// among inserted, ascending.
+func skipped(msgs []NewMessage, inserted []uuid.UUID) []int {
 	done := make(map[uuid.UUID]bool, len(inserted))
 	for _, id := range inserted {
 		done[id] = true
 	}
-	res := EnqueueResult{IDs: make([]uuid.UUID, len(msgs)), Duplicates: []uuid.UUID{}}
+	var out []int
 	for i, m := range msgs {
-		res.IDs[i] = m.ID
 		if !done[m.ID] {
-			res.Duplicates = append(res.Duplicates, m.ID)
+			out = append(out, i)
 		}
 	}
-	return res
+	return out
 }
 
 // renewResult splits leases into renewed (with new expiry) and lost.
@@ -39,10 +53,25 @@ func renewResult(leases []Lease, expiry map[uuid.UUID]time.Time) RenewResult {
 
 // EnqueueResult reports an Enqueue call.
 type EnqueueResult struct {
-	// IDs holds every input message's id.
+	// IDs holds every input message's id, in input order.
 	IDs []uuid.UUID
-	// Duplicates holds the ids skipped as already present (inbox only).
-	Duplicates []uuid.UUID
+	// Duplicates holds the input messages skipped as already present
+	// (inbox only), in input order; never nil.
+	Duplicates []Duplicate
+}
+
+// Duplicate is an input message that an inbox Enqueue skipped because the
+// queue already held it: by its message id, or by its tenant and
+// idempotency key.
+type Duplicate struct {
+	// Index is the message's position in the call's input, from 0.
+	Index int
+	// ID is the id of the stored message it duplicates, the one Get reads:
+	// the message of the input's id when there is one, else the message of
+	// the input's tenant and idempotency key (which may have come earlier
+	// in the same call). uuid.Nil when that message was purged before the
+	// store read its id (Postgres reads it after the INSERT).
+	ID uuid.UUID
 }
 
 // Outcome says what a guarded write did to one message.

@@ -27,7 +27,7 @@ export LEASESTORE_STRESS=1
 race=()
 if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
 
-figures() { grep -E '^\s+(stress_test|stress_outage_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
+figures() { grep -E '^\s+(stress_test|stress_outage_test|stress_tx_test|fault_test|differential_test)\.go:[0-9]+: (stress|  )|^(---|ok|FAIL|PASS)|^    --- ' || true; }
 
 echo "== stress, chaos and differential (long forms)"
 go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|TestDifferential' ./reliability/ ./differential/ 2>&1 | figures

@@ -59,6 +59,8 @@ var commands = []command{
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
 	{"ordering", "--queue Q [--strict true|false] [--json]", "show or set strict ordering: whether a dead-lettered head keeps its key blocked", runOrdering},
+	{"pause", "--queue Q (--topic T ... | --all) [--by WHO] [--json]", "stop claims of a queue's topics (inbox: message types), or of the whole queue", runPause},
+	{"resume", "--queue Q (--topic T ... | --all) [--json]", "let processors claim what pause stopped, at once", runResume},
 	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
 	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
 	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--ordering-keys K] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},

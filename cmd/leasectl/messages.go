@@ -84,12 +84,12 @@ func enqueueMany(ctx context.Context, store leasing.Store, count int, msg func(i
 			}
 			return ids, err
 		}
-		dup := make(map[uuid.UUID]bool, len(res.Duplicates))
-		for _, id := range res.Duplicates {
-			dup[id] = true
+		dup := make(map[int]bool, len(res.Duplicates))
+		for _, d := range res.Duplicates {
+			dup[d.Index] = true
 		}
-		for _, id := range res.IDs {
-			if !dup[id] {
+		for i, id := range res.IDs {
+			if !dup[i] {
 				ids = append(ids, id)
 			}
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -19,6 +20,16 @@ type statsJSON struct {
 	// OldestHead is the ordering key whose head has held it longest while
 	// messages wait behind it; absent when none waits.
 	OldestHead *headJSON `json:"oldest_head,omitempty"`
+	// Paused lists the pauses in place (leasectl pause): topic "" is the
+	// whole queue. Absent on a schema before migration 00015.
+	Paused []pauseJSON `json:"paused,omitempty"`
+}
+
+// pauseJSON is one pause in stats --json.
+type pauseJSON struct {
+	Topic string    `json:"topic"`
+	By    string    `json:"by"`
+	At    time.Time `json:"at"`
 }
 
 // headJSON is a key's head in stats --json and doctor --json.
@@ -59,14 +70,43 @@ func runStats(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	paused, err := queuePauses(ctx, pool, queues)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		out := make(map[leasing.Queue]statsJSON, len(all))
 		for _, st := range all {
-			out[st.Queue] = statsJSON{st.Depth, st.ExpiredLeases, st.OldestDueAge.Seconds(), headOf(st.WaitingHead)}
+			js := statsJSON{st.Depth, st.ExpiredLeases, st.OldestDueAge.Seconds(), headOf(st.WaitingHead), nil}
+			for _, p := range paused[st.Queue] {
+				js.Paused = append(js.Paused, pauseJSON{p.Topic, p.By, p.At})
+			}
+			out[st.Queue] = js
 		}
 		return writeJSON(c.stdout, out)
 	}
-	return printStats(c.stdout, all)
+	return printStats(c.stdout, all, paused)
+}
+
+// queuePauses returns each queue's pauses in place; none for a schema
+// before migration 00015, as Stats runs on an older schema.
+func queuePauses(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue) (map[leasing.Queue][]leasing.Pause, error) {
+	out := map[leasing.Queue][]leasing.Pause{}
+	for _, q := range queues {
+		store, err := newStore(pool, q)
+		if err != nil {
+			return nil, err
+		}
+		p, err := store.Paused(ctx)
+		if errors.Is(err, leasing.ErrSchema) {
+			continue
+		}
+		if err != nil {
+			return nil, schemaHint(err)
+		}
+		out[q] = p
+	}
+	return out, nil
 }
 
 // queueStats returns the Stats of each queue, in order.
@@ -89,7 +129,7 @@ func queueStats(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue)
 // printStats writes each queue's depth by status (all six, in lifecycle
 // order), expired leases, oldest due age and the oldest key head that
 // messages wait behind.
-func printStats(w io.Writer, all []leasing.Stats) error {
+func printStats(w io.Writer, all []leasing.Stats, paused map[leasing.Queue][]leasing.Pause) error {
 	for _, st := range all {
 		if _, err := fmt.Fprintln(w, st.Queue); err != nil {
 			return err
@@ -108,6 +148,13 @@ func printStats(w io.Writer, all []leasing.Stats) error {
 			fmt.Fprintf(w, ", head %s", h.MessageID)
 		}
 		fmt.Fprintln(w)
+		for _, p := range paused[st.Queue] {
+			what := "topic " + p.Topic
+			if p.Topic == "" {
+				what = "whole queue"
+			}
+			fmt.Fprintf(w, "  %-15s %s by %s at %s\n", "paused", what, p.By, p.At.Format("2006-01-02 15:04:05Z07:00"))
+		}
 	}
 	return nil
 }

@@ -21,15 +21,22 @@
 -- topics that have ready rows. Both empty: every topic, through
 -- outbox_messages_ready_idx.
 -- name: OutboxClaim :many
-WITH RECURSIVE scope AS (
+WITH RECURSIVE paused AS (
+    -- The queue's pauses (leasestore_paused, one index range): topic ''
+    -- pauses the whole queue.
+    SELECT p.topic FROM leasestore_paused AS p WHERE p.queue = 'outbox'
+), scope AS (
     -- What the claim leaves out, read once: excluded, the topics it must
-    -- not claim; every, whether it names no topics; plain, whether it
-    -- claims every topic in FIFO order through one index (no topics named,
-    -- none left out). NULL arrays count as empty.
-    SELECT coalesce(@except_topics::text[], '{}') AS excluded,
+    -- not claim (except_topics and the paused ones); halted, whether the
+    -- whole queue is paused; every, whether it names no topics; plain,
+    -- whether it claims every topic in FIFO order through one index (no
+    -- topics named, none left out). NULL arrays count as empty.
+    SELECT coalesce(@except_topics::text[], '{}') || ARRAY(SELECT topic FROM paused) AS excluded,
+           EXISTS (SELECT FROM paused WHERE topic = '') AS halted,
            coalesce(cardinality(@topics::text[]), 0) = 0 AS every,
            coalesce(cardinality(@topics::text[]), 0) = 0
-               AND coalesce(cardinality(@except_topics::text[]), 0) = 0 AS plain
+               AND coalesce(cardinality(@except_topics::text[]), 0) = 0
+               AND NOT EXISTS (SELECT FROM paused) AS plain
 ),
 present(topic) AS (
     -- The topics that have ready rows, one descent each of
@@ -96,7 +103,7 @@ present(topic) AS (
         LIMIT @batch_size::integer
         FOR UPDATE SKIP LOCKED
     ) AS r
-    WHERE NOT (SELECT plain FROM scope)
+    WHERE NOT (SELECT plain FROM scope) AND NOT (SELECT halted FROM scope)
       AND t.topic <> ALL((SELECT excluded FROM scope)::text[])
 ), ready AS (
     SELECT * FROM ready_plain
@@ -126,6 +133,7 @@ present(topic) AS (
              AND l.lease_owner IS NOT NULL
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
       AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
@@ -199,15 +207,22 @@ ORDER BY created_at, message_id;
 -- OutboxClaimTenant is OutboxClaim restricted to the rows of tenant_id, read
 -- through the tenant's own claim indexes.
 -- name: OutboxClaimTenant :many
-WITH RECURSIVE scope AS (
+WITH RECURSIVE paused AS (
+    -- The queue's pauses (leasestore_paused, one index range): topic ''
+    -- pauses the whole queue.
+    SELECT p.topic FROM leasestore_paused AS p WHERE p.queue = 'outbox'
+), scope AS (
     -- What the claim leaves out, read once: excluded, the topics it must
-    -- not claim; every, whether it names no topics; plain, whether it
-    -- claims every topic in FIFO order through one index (no topics named,
-    -- none left out). NULL arrays count as empty.
-    SELECT coalesce(@except_topics::text[], '{}') AS excluded,
+    -- not claim (except_topics and the paused ones); halted, whether the
+    -- whole queue is paused; every, whether it names no topics; plain,
+    -- whether it claims every topic in FIFO order through one index (no
+    -- topics named, none left out). NULL arrays count as empty.
+    SELECT coalesce(@except_topics::text[], '{}') || ARRAY(SELECT topic FROM paused) AS excluded,
+           EXISTS (SELECT FROM paused WHERE topic = '') AS halted,
            coalesce(cardinality(@topics::text[]), 0) = 0 AS every,
            coalesce(cardinality(@topics::text[]), 0) = 0
-               AND coalesce(cardinality(@except_topics::text[]), 0) = 0 AS plain
+               AND coalesce(cardinality(@except_topics::text[]), 0) = 0
+               AND NOT EXISTS (SELECT FROM paused) AS plain
 ),
 ready AS (
     -- Index order over outbox_messages_tenant_ready_idx; visible_after is an index condition.
@@ -226,6 +241,7 @@ ready AS (
     WHERE status IN ('pending', 'failed')
       AND visible_after <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
       AND tenant_id = @tenant_id::text
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
       AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id
@@ -256,6 +272,7 @@ ready AS (
            ORDER BY l.lease_expires_at
            LIMIT 1) IS NOT NULL
       AND tenant_id = @tenant_id::text
+      AND NOT (SELECT halted FROM scope)
       AND ((SELECT every FROM scope) OR m.topic = ANY(@topics::text[]))
       AND m.topic <> ALL((SELECT excluded FROM scope)::text[])
     ORDER BY created_at, message_id

@@ -68,12 +68,12 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 	r.seen["enqueue duplicates"] += len(mres.Duplicates)
 	r.seen["enqueue "+strings.SplitN(errKind(merr), ":", 2)[0]]++
 	if merr == nil {
-		dup := map[uuid.UUID]bool{}
-		for _, id := range mres.Duplicates {
-			dup[id] = true
+		dup := map[int]bool{}
+		for _, d := range mres.Duplicates {
+			dup[d.Index] = true
 		}
-		for _, id := range mres.IDs {
-			if !dup[id] {
+		for i, id := range mres.IDs {
+			if !dup[i] {
 				r.remember(q, id)
 			}
 		}

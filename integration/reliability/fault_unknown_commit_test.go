@@ -90,7 +90,7 @@ func TestFaultUnknownCommit(t *testing.T) {
 			res, err := store.Enqueue(ctx, msg)
 			if q == leasing.Inbox {
 				require.NoError(t, err)
-				require.Equal(t, []uuid.UUID{id}, res.Duplicates)
+				require.Equal(t, []leasing.Duplicate{{Index: 0, ID: id}}, res.Duplicates)
 			} else {
 				require.ErrorIs(t, err, leasing.ErrDuplicate)
 			}

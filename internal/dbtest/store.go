@@ -209,7 +209,7 @@ func (r *RecycledDBs) put(tb testing.TB, url string) {
 	r.mu.Unlock()
 }
 
-// TruncateQueues empties both queues, their ordering keys, and sets strict
+// TruncateQueues empties both queues, their ordering keys and pauses, and sets strict
 // ordering back to its default: a database as migrated.
-const TruncateQueues = "TRUNCATE inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys; " +
+const TruncateQueues = "TRUNCATE inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys, leasestore_paused; " +
 	"UPDATE leasestore_queue_settings SET strict_ordering = false"

@@ -136,7 +136,7 @@ type contractCase struct {
 // dead-letter (contract_history.go), ordering keys (contract_ordering.go),
 // then bad input (contract_badinput.go)
 // and concurrent claims.
-var cases = slices.Concat(claimCases, topicCases, renewCases, writeCases, enqueueCases, queueCases, historyCases, orderingCases, []contractCase{
+var cases = slices.Concat(claimCases, topicCases, pauseCases, renewCases, writeCases, enqueueCases, queueCases, historyCases, orderingCases, []contractCase{
 	{"BadInput/RejectedAndNothingChanged", badInput},
 	{"Concurrency/DisjointClaims", disjointClaims},
 })

@@ -3,7 +3,6 @@ package leasingtest
 import (
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/stretchr/testify/require"
 )
@@ -23,10 +22,30 @@ var enqueueCases = []contractCase{
 			leasing.NewMessage{IdempotencyKey: "k2"},
 			leasing.NewMessage{ID: first.IDs[0]})
 		require.NoError(t, err)
-		require.Equal(t, []uuid.UUID{again.IDs[0], again.IDs[1], first.IDs[0]}, again.Duplicates)
+		require.Equal(t, []leasing.Duplicate{{Index: 0, ID: first.IDs[0]}, {Index: 1, ID: first.IDs[1]}, {Index: 3, ID: first.IDs[0]}},
+			again.Duplicates, "each duplicate names its input and the stored message")
 		st, err := b.store.Stats(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(3), st.Depth[leasing.StatusPending])
+	}},
+	{"Enqueue/DuplicatesNameTheStoredMessage", func(t *testing.T, b *bundle) {
+		if b.q != leasing.Inbox {
+			t.Skip("the outbox refuses duplicates")
+		}
+		stored := b.enqueue(leasing.NewMessage{IdempotencyKey: "a", TenantID: "t"}, leasing.NewMessage{IdempotencyKey: "b"})
+		res, err := b.store.Enqueue(b.ctx,
+			leasing.NewMessage{IdempotencyKey: "c"},                               // new
+			leasing.NewMessage{IdempotencyKey: "b", TenantID: "t"},                // new: another tenant's key
+			leasing.NewMessage{IdempotencyKey: "a", TenantID: "t"},                // stored[0], by key
+			leasing.NewMessage{IdempotencyKey: "c"},                               // index 0 of this call, by key
+			leasing.NewMessage{ID: stored[1], IdempotencyKey: "a", TenantID: "t"}) // stored[1]: the id decides first
+		require.NoError(t, err)
+		require.Equal(t, []leasing.Duplicate{{Index: 2, ID: stored[0]}, {Index: 3, ID: res.IDs[0]}, {Index: 4, ID: stored[1]}}, res.Duplicates)
+		for _, d := range res.Duplicates {
+			row, err := b.store.Get(b.ctx, d.ID)
+			require.NoError(t, err, "Get finds the reported id")
+			require.Equal(t, d.ID, row.ID)
+		}
 	}},
 	{"Enqueue/OutboxDuplicateIDFails", func(t *testing.T, b *bundle) {
 		if b.q != leasing.Outbox {

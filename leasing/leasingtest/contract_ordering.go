@@ -223,7 +223,7 @@ var orderingCases = []contractCase{
 		} {
 			res, err := b.store.Enqueue(b.ctx, dup)
 			require.NoError(t, err)
-			require.Equal(t, []uuid.UUID{id}, res.Duplicates)
+			require.Equal(t, []leasing.Duplicate{{Index: 0, ID: id}}, res.Duplicates)
 		}
 		require.Equal(t, int64(1), b.get(id).KeySeq)
 	}},

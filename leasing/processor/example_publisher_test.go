@@ -29,7 +29,10 @@ func (b printBroker) Publish(ctx context.Context, topic string, body []byte) err
 // An outbox relay: a Processor on the outbox whose handler is a Publisher
 // that hands each message to the broker. A message is published at least
 // once: a broker error, or a crash before the outcome is written, makes the
-// relay publish it again later.
+// relay publish it again later. The two events of one order share an
+// ordering key, so "paid" is not claimed before "placed" is published,
+// with any Concurrency and across retries and crashes (Concurrency 1
+// alone does not keep order: a failed message is retried after the next).
 func ExamplePublisher() {
 	ctx := context.Background()
 	pool := examplePool() // a *pgxpool.Pool on a database migrated with db.MigrateUp
@@ -41,8 +44,8 @@ func ExamplePublisher() {
 	}
 	// Normally enqueued with EnqueueTx in the transaction of the change they announce.
 	if _, err := outbox.Enqueue(ctx,
-		leasing.NewMessage{Topic: "orders", Payload: []byte(`{"order":1,"event":"placed"}`)},
-		leasing.NewMessage{Topic: "orders", Payload: []byte(`{"order":1,"event":"paid"}`)},
+		leasing.NewMessage{Topic: "orders", OrderingKey: "order-1", Payload: []byte(`{"order":1,"event":"placed"}`)},
+		leasing.NewMessage{Topic: "orders", OrderingKey: "order-1", Payload: []byte(`{"order":1,"event":"paid"}`)},
 	); err != nil {
 		log.Fatal(err)
 	}
@@ -53,8 +56,7 @@ func ExamplePublisher() {
 		return broker.Publish(ctx, msg.Topic, msg.Payload)
 	})
 	relay, err := processor.New(outbox, publish.Handler(), processor.Options{
-		Owner:       "relay",
-		Concurrency: 1, // one at a time: messages go out in the order they were enqueued
+		Owner: "relay",
 	})
 	if err != nil {
 		log.Fatal(err)

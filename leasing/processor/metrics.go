@@ -194,6 +194,12 @@ func (m *metrics) timedWrite(kind writeKind, call storeWrite) storeWrite {
 	}
 }
 
+// pausedLister is a store that lists its queue's pauses: leasing.Postgres
+// and leasing.Memory.
+type pausedLister interface {
+	Paused(ctx context.Context) ([]leasing.Pause, error)
+}
+
 // RegisterQueueGauges registers the litebus.<queue>.queue.* gauges
 // (docs/processor.md lists them) for each store's queue on meter, fed from
 // leasing.Store.Stats once per store on every collection. A Stats error
@@ -217,6 +223,7 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 		oldest  metric.Float64ObservableGauge
 		waiting metric.Int64ObservableGauge
 		head    metric.Float64ObservableGauge
+		paused  metric.Int64ObservableGauge // nil: the store cannot pause
 	}
 	var (
 		all         []gauges
@@ -252,6 +259,13 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 		errs = append(errs, err)
 		all = append(all, g)
 		instruments = append(instruments, g.depth, g.expired, g.oldest, g.waiting, g.head)
+		if _, ok := s.(pausedLister); ok {
+			g.paused, err = meter.Int64ObservableGauge(MetricName(q, "queue.paused"),
+				metric.WithUnit("{pause}"), metric.WithDescription("Pauses in place (leasectl pause): each paused topic, and the whole queue, count one; 0 when every claim runs."))
+			errs = append(errs, err)
+			all[len(all)-1] = g
+			instruments = append(instruments, g.paused)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("processor: queue gauges: %w", err)
@@ -271,6 +285,14 @@ func RegisterQueueGauges(meter metric.Meter, stores ...leasing.Store) (metric.Re
 			o.ObserveFloat64(g.oldest, st.OldestDueAge.Seconds())
 			o.ObserveInt64(g.waiting, st.Depth[leasing.StatusWaiting])
 			o.ObserveFloat64(g.head, st.OldestHeadAge().Seconds())
+			if g.paused != nil {
+				paused, err := g.store.(pausedLister).Paused(ctx)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				o.ObserveInt64(g.paused, int64(len(paused)))
+			}
 		}
 		return errors.Join(errs...)
 	}, instruments...)

@@ -49,6 +49,13 @@ func TestRegisterQueueGauges(t *testing.T) {
 		require.InDelta(t, 12.0, age[0].Value, 1e-9, "seconds since the oldest due row was created")
 		require.Equal(t, 0.0, got["litebus.inbox.queue.waiting"][0].Value)
 		require.Equal(t, 0.0, got["litebus.inbox.queue.oldest_head_age"][0].Value)
+		require.Equal(t, 0.0, got["litebus.inbox.queue.paused"][0].Value)
+		require.NoError(t, b.mem.Pause(context.Background(), leasing.PauseRequest{Topics: []string{"a", "b"}, By: "ops"}))
+		require.NoError(t, b.mem.Pause(context.Background(), leasing.PauseRequest{WholeQueue: true, By: "ops"}))
+		got, err = b.meter.Observe(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 3.0, got["litebus.inbox.queue.paused"][0].Value)
+		require.Equal(t, 0.0, got["litebus.outbox.queue.paused"][0].Value)
 
 		// Two keyed messages: the second waits behind the first, its head.
 		_, err = out.mem.Enqueue(context.Background(), leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
