@@ -31,6 +31,10 @@ const (
 	// may depend on the values) and the lock timeout, once the schema
 	// check passed.
 	operator
+	// listing is operator with plans made for each call's values: the
+	// operator's list, whose optional filters a generic plan cannot know
+	// (leasing/postgres_list_plan_test.go).
+	listing
 	// anySchema is operator without the schema check, for the calls that
 	// work on an older schema: Enqueue of unkeyed messages (producers keep
 	// enqueuing during a migration), Stats and VacuumIfDead.
@@ -192,8 +196,11 @@ func (s *Postgres) sendOnce(ctx context.Context, db pgbatch.Sender, class callCl
 func (s *Postgres) sendCounted(ctx context.Context, db pgbatch.Sender, class callClass, steps []step, replayed *int) error {
 	g := gen.New()
 	settings := step(bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout}))
-	if class == hotPath {
+	switch class {
+	case hotPath:
 		settings = bind(noRows(g.UseGenericPlansAndLockTimeout), gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+	case listing:
+		settings = bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
 	all := append([]step{bind(exec(g.UseReadCommitted), struct{}{}), settings}, steps...)
 	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all, replayed)...))

@@ -45,6 +45,9 @@ type Options struct {
 	// MaxXactAge is the longest a transaction may hold back VACUUM before
 	// it is a problem. Defaults to 5 minutes.
 	MaxXactAge time.Duration
+	// Plans prints each claim plan's tree in the text report (leasectl
+	// doctor --plans); without it the report shows the plan's figures.
+	Plans bool
 }
 
 func (o Options) withDefaults() Options {
@@ -122,6 +125,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, out io.Writer, asJSON bool, op
 		enc.SetIndent("", "  ")
 		return rep.OK, enc.Encode(rep)
 	}
+	rep.ShowPlans = opts.Plans
 	return rep.OK, WriteText(out, rep)
 }
 

@@ -9,6 +9,9 @@ import (
 type Report struct {
 	// OK is true when no queue and no server check found a problem.
 	OK bool `json:"ok"`
+	// ShowPlans makes WriteText print each claim plan's tree (Options.Plans);
+	// the JSON always holds them.
+	ShowPlans bool `json:"-"`
 	// Queues holds one entry per checked queue, in Options order.
 	Queues []QueueReport `json:"queues"`
 	// OldestXactSeconds is the age of the oldest transaction (or session
