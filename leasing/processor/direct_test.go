@@ -3,12 +3,15 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasestore/leasestore/internal/brokertest"
 	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
@@ -44,6 +47,32 @@ func TestDirectConfigListener(t *testing.T) {
 			require.FailNow(t, "the listener did not wake the processor")
 		}
 		require.Empty(t, p.Health().ListenerError)
+		require.False(t, p.Health().ListenerSilent, "a listener that delivers is not silent")
+		require.NoError(t, p.Stop(context.Background()))
+		require.NoError(t, <-errc)
+	})
+
+	t.Run("SilentInHealth", func(t *testing.T) {
+		// The listener reaches the server through a proxy; once the proxy
+		// cuts it off the listener cannot LISTEN, and health says so while
+		// the processor, polling, stays ready.
+		proxy := brokertest.NewProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+		direct := cfg.Copy()
+		host, port, err := net.SplitHostPort(proxy.Addr())
+		require.NoError(t, err)
+		n, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		direct.Host, direct.Port, direct.Fallbacks = host, uint16(n), nil
+		p, err := processor.New(pg, func(context.Context, leasing.Lease) error { return nil },
+			processor.Options{DirectConfig: direct, PollInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		errc := make(chan error, 1)
+		go func() { errc <- p.Run(context.Background()) }()
+		require.Eventually(t, func() bool { h := p.Health(); return h.Ready && !h.ListenerHeard.IsZero() && !h.ListenerSilent },
+			10*time.Second, 5*time.Millisecond, "listening")
+		proxy.Cut()
+		require.Eventually(t, func() bool { h := p.Health(); return h.ListenerSilent && h.Ready },
+			10*time.Second, 5*time.Millisecond, "silent, still ready")
 		require.NoError(t, p.Stop(context.Background()))
 		require.NoError(t, <-errc)
 	})

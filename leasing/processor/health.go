@@ -81,6 +81,16 @@ type Health struct {
 	// (Options.DirectConfig), empty when it has none. The processor then
 	// claims every PollInterval: it stays ready.
 	ListenerError string `json:"listener_error,omitempty"`
+	// ListenerSilent is true while the processor runs its own Listener
+	// (Options.DirectConfig) and that Listener is not healthy
+	// (leasing.Listener.Healthy: no LISTEN in place, or its connection
+	// not heard from within its heartbeat bound) after it had connected
+	// once. The processor then claims every PollInterval: it stays ready.
+	ListenerSilent bool `json:"listener_silent,omitempty"`
+	// ListenerHeard is when, by the process clock, the processor's own
+	// Listener last heard from its connection (leasing.Listener.LastHeard);
+	// zero without one, or before it first connected.
+	ListenerHeard time.Time `json:"listener_heard,omitzero"`
 	// OpenBreakers lists, sorted, the topics (outbox Topic, inbox Type;
 	// "" for messages without one) whose breaker is open: their
 	// destination reported Unavailable and only probes are claimed. The
@@ -160,6 +170,10 @@ func (h *health) get() Health {
 func (p *Processor) Health() Health {
 	h := p.ev.health.get()
 	h.OpenBreakers = p.breaker.openTopics()
+	if l := p.listener; l != nil && h.State == StateRunning {
+		h.ListenerHeard = l.LastHeard()
+		h.ListenerSilent = !h.ListenerHeard.IsZero() && !l.Healthy()
+	}
 	return h
 }
 
