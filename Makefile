@@ -14,7 +14,7 @@ STATICCHECK := $(TOOL) staticcheck
 # that builds or tests runs in all.
 # go.work lists them for editors and for working across them; each go.mod
 # still builds alone.
-MODULES := . integration cmd/leasectl examples adapters/natsjs adapters/rabbitmq adapters/kafka
+MODULES := . integration cmd/leasectl examples adapters/natsjs adapters/rabbitmq adapters/kafka console/browsertest
 in_modules = set -e; for m in $(MODULES); do (cd $$m && $(1)); done
 
 .DEFAULT_GOAL := help

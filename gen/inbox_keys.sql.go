@@ -154,6 +154,60 @@ func (q *Queries) InboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg InboxK
 	return i, err
 }
 
+const inboxKeyList = `-- name: InboxKeyList :many
+SELECT k.tenant_id, k.ordering_key, k.head_id, k.head_since,
+       (SELECT count(*) FROM inbox_messages AS w
+        WHERE coalesce(w.tenant_id, '') = k.tenant_id AND w.ordering_key = k.ordering_key
+          AND w.status = 'waiting')::bigint AS waiting
+FROM inbox_ordering_keys AS k
+ORDER BY k.head_since NULLS LAST, k.tenant_id, k.ordering_key
+LIMIT $1::integer
+`
+
+type InboxKeyListParams struct {
+	MaxRows int32
+}
+
+type InboxKeyListRow struct {
+	TenantID    string
+	OrderingKey string
+	HeadID      *uuid.UUID
+	HeadSince   *time.Time
+	Waiting     int64
+}
+
+// InboxKeyList returns up to max_rows inbox ordering keys in use, the
+// key whose head has held it longest first: tenant (” for none), key, head
+// (NULL only inside a transaction that finishes it), since when (database
+// clock) and how many messages wait behind the head (a range of
+// inbox_messages_waiting_idx per key). Reads every key row (one per key in
+// use): for an operator's page, not a hot loop.
+func (q *Queries) InboxKeyList(ctx context.Context, db DBTX, arg InboxKeyListParams) ([]InboxKeyListRow, error) {
+	rows, err := db.Query(ctx, inboxKeyList, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxKeyListRow{}
+	for rows.Next() {
+		var i InboxKeyListRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.OrderingKey,
+			&i.HeadID,
+			&i.HeadSince,
+			&i.Waiting,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxKeyLock = `-- name: InboxKeyLock :one
 SELECT count(*)::bigint AS locked FROM (
     SELECT k.tenant_id, k.ordering_key

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const diagnosticsInboxOverdue = `-- name: DiagnosticsInboxOverdue :one
@@ -66,6 +67,104 @@ func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]InboxCount
 	for rows.Next() {
 		var i InboxCountByStatusRow
 		if err := rows.Scan(&i.Status, &i.Messages); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxCountMatching = `-- name: InboxCountMatching :one
+SELECT count(*)::bigint AS messages
+FROM inbox_messages
+WHERE status >= coalesce($1::text, '')
+  -- 'waiting' sorts after every other status.
+  AND status <= coalesce($1::text, 'waiting')
+  AND ($2::text IS NULL OR message_type = $2::text)
+  AND ($3::text IS NULL OR tenant_id = $3::text)
+  AND ($4::text IS NULL OR ordering_key = $4::text)
+  AND ($5::text IS NULL OR idempotency_key = $5::text)
+  AND ($6::text IS NULL OR NULL = $6::text)
+  AND ($7::text IS NULL OR strpos(last_error, $7::text) > 0)
+  AND ($8::interval IS NULL
+       OR created_at <= coalesce($9::timestamptz, statement_timestamp()) - $8::interval)
+`
+
+type InboxCountMatchingParams struct {
+	Status         *string
+	MessageType    *string
+	TenantID       *string
+	OrderingKey    *string
+	IdempotencyKey *string
+	Topic          *string
+	ErrorContains  *string
+	OlderThan      pgtype.Interval
+	Now            *time.Time
+}
+
+// InboxCountMatching returns the number of inbox rows that match the
+// filter of InboxList: every matching row is read (a range of
+// inbox_messages_list_idx when status is given), so it costs the matches.
+func (q *Queries) InboxCountMatching(ctx context.Context, db DBTX, arg InboxCountMatchingParams) (int64, error) {
+	row := db.QueryRow(ctx, inboxCountMatching,
+		arg.Status,
+		arg.MessageType,
+		arg.TenantID,
+		arg.OrderingKey,
+		arg.IdempotencyKey,
+		arg.Topic,
+		arg.ErrorContains,
+		arg.OlderThan,
+		arg.Now,
+	)
+	var messages int64
+	err := row.Scan(&messages)
+	return messages, err
+}
+
+const inboxDeadLetterGroups = `-- name: InboxDeadLetterGroups :many
+SELECT coalesce(last_error, '')::text AS last_error, count(*)::bigint AS messages,
+       min(dead_lettered_at)::timestamptz AS first_at, max(dead_lettered_at)::timestamptz AS last_at
+FROM inbox_messages
+WHERE status = 'dead_lettered'
+GROUP BY coalesce(last_error, '')
+ORDER BY count(*) DESC, coalesce(last_error, '')
+LIMIT $1::integer
+`
+
+type InboxDeadLetterGroupsParams struct {
+	MaxRows int32
+}
+
+type InboxDeadLetterGroupsRow struct {
+	LastError string
+	Messages  int64
+	FirstAt   time.Time
+	LastAt    time.Time
+}
+
+// InboxDeadLetterGroups returns the inbox dead letters grouped by last
+// error, the largest group first, at most max_rows groups: each group's
+// count and its first and last dead_lettered_at (database clock). Reads
+// every dead letter through inbox_messages_dead_lettered_idx.
+func (q *Queries) InboxDeadLetterGroups(ctx context.Context, db DBTX, arg InboxDeadLetterGroupsParams) ([]InboxDeadLetterGroupsRow, error) {
+	rows, err := db.Query(ctx, inboxDeadLetterGroups, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxDeadLetterGroupsRow{}
+	for rows.Next() {
+		var i InboxDeadLetterGroupsRow
+		if err := rows.Scan(
+			&i.LastError,
+			&i.Messages,
+			&i.FirstAt,
+			&i.LastAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -197,14 +296,32 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM inbox_messages
-WHERE (created_at, message_id) > ($1::timestamptz, $2::uuid)
+WHERE status = $1::text
+  AND (created_at, message_id) > ($2::timestamptz, $3::uuid)
+  AND ($4::text IS NULL OR message_type = $4::text)
+  AND ($5::text IS NULL OR tenant_id = $5::text)
+  AND ($6::text IS NULL OR ordering_key = $6::text)
+  AND ($7::text IS NULL OR idempotency_key = $7::text)
+  AND ($8::text IS NULL OR NULL = $8::text)
+  AND ($9::text IS NULL OR strpos(last_error, $9::text) > 0)
+  AND ($10::interval IS NULL
+       OR created_at <= coalesce($11::timestamptz, statement_timestamp()) - $10::interval)
 ORDER BY created_at, message_id
-LIMIT $3::integer
+LIMIT $12::integer
 `
 
 type InboxListParams struct {
+	ListStatus     string
 	AfterCreatedAt time.Time
 	AfterMessageID uuid.UUID
+	MessageType    *string
+	TenantID       *string
+	OrderingKey    *string
+	IdempotencyKey *string
+	Topic          *string
+	ErrorContains  *string
+	OlderThan      pgtype.Interval
+	Now            *time.Time
 	MaxRows        int32
 }
 
@@ -234,11 +351,29 @@ type InboxListRow struct {
 	KeySeq            int64
 }
 
-// InboxList returns up to max_rows inbox rows ordered by (created_at,
-// message_id), starting after after_created_at/after_message_id (keyset
-// pagination; pass the zero time and zero uuid for the first page).
+// InboxList returns up to max_rows inbox rows in status list_status
+// that match the other filters (partials.sql.tmpl, listRest), in
+// (created_at, message_id) order after (after_created_at,
+// after_message_id) (keyset pagination: pass the last row's values for the
+// next page, the zero time and the nil uuid for the first). It reads
+// inbox_messages_list_idx, or inbox_messages_inflight_idx for processing, from
+// that row on: a page costs its rows plus those the other filters skip, at
+// any table size (with a custom plan, which proves the partial index).
 func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) ([]InboxListRow, error) {
-	rows, err := db.Query(ctx, inboxList, arg.AfterCreatedAt, arg.AfterMessageID, arg.MaxRows)
+	rows, err := db.Query(ctx, inboxList,
+		arg.ListStatus,
+		arg.AfterCreatedAt,
+		arg.AfterMessageID,
+		arg.MessageType,
+		arg.TenantID,
+		arg.OrderingKey,
+		arg.IdempotencyKey,
+		arg.Topic,
+		arg.ErrorContains,
+		arg.OlderThan,
+		arg.Now,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -154,6 +154,60 @@ func (q *Queries) OutboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg Outbo
 	return i, err
 }
 
+const outboxKeyList = `-- name: OutboxKeyList :many
+SELECT k.tenant_id, k.ordering_key, k.head_id, k.head_since,
+       (SELECT count(*) FROM outbox_messages AS w
+        WHERE coalesce(w.tenant_id, '') = k.tenant_id AND w.ordering_key = k.ordering_key
+          AND w.status = 'waiting')::bigint AS waiting
+FROM outbox_ordering_keys AS k
+ORDER BY k.head_since NULLS LAST, k.tenant_id, k.ordering_key
+LIMIT $1::integer
+`
+
+type OutboxKeyListParams struct {
+	MaxRows int32
+}
+
+type OutboxKeyListRow struct {
+	TenantID    string
+	OrderingKey string
+	HeadID      *uuid.UUID
+	HeadSince   *time.Time
+	Waiting     int64
+}
+
+// OutboxKeyList returns up to max_rows outbox ordering keys in use, the
+// key whose head has held it longest first: tenant (” for none), key, head
+// (NULL only inside a transaction that finishes it), since when (database
+// clock) and how many messages wait behind the head (a range of
+// outbox_messages_waiting_idx per key). Reads every key row (one per key in
+// use): for an operator's page, not a hot loop.
+func (q *Queries) OutboxKeyList(ctx context.Context, db DBTX, arg OutboxKeyListParams) ([]OutboxKeyListRow, error) {
+	rows, err := db.Query(ctx, outboxKeyList, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OutboxKeyListRow{}
+	for rows.Next() {
+		var i OutboxKeyListRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.OrderingKey,
+			&i.HeadID,
+			&i.HeadSince,
+			&i.Waiting,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxKeyLock = `-- name: OutboxKeyLock :one
 SELECT count(*)::bigint AS locked FROM (
     SELECT k.tenant_id, k.ordering_key

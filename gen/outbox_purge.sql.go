@@ -8,6 +8,8 @@ package gen
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 const outboxPurge = `-- name: OutboxPurge :execrows
@@ -78,6 +80,69 @@ func (q *Queries) OutboxPurge(ctx context.Context, db DBTX, arg OutboxPurgeParam
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const outboxPurgeByIDs = `-- name: OutboxPurgeByIDs :many
+WITH locked AS (
+    SELECT m.message_id
+    FROM outbox_messages AS m
+    WHERE m.message_id = ANY (($1::text[])::uuid[])
+      AND m.status <> 'publishing'
+    ORDER BY m.message_id
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM outbox_messages AS m
+    WHERE m.message_id = ANY (ARRAY(SELECT message_id FROM locked))
+    RETURNING m.message_id, coalesce(m.tenant_id, '') AS tenant_id, m.ordering_key
+), heads AS (
+    SELECT k.tenant_id, k.ordering_key
+    FROM outbox_ordering_keys AS k
+    JOIN deleted AS d ON k.tenant_id = d.tenant_id AND k.ordering_key = d.ordering_key
+                     AND k.head_id = d.message_id
+    ORDER BY k.tenant_id, k.ordering_key
+    FOR UPDATE OF k
+), freed AS (
+    UPDATE outbox_ordering_keys AS k
+    SET head_id = NULL, head_since = NULL
+    FROM heads AS h
+    WHERE k.tenant_id = h.tenant_id AND k.ordering_key = h.ordering_key
+    RETURNING k.ordering_key
+)
+SELECT d.message_id FROM deleted AS d ORDER BY d.message_id
+`
+
+type OutboxPurgeByIDsParams struct {
+	MessageIds []string
+}
+
+// OutboxPurgeByIDs deletes the outbox rows among message_ids that are not
+// publishing (a live or expired lease: dead-letter those first), whatever
+// their status; rows locked by others are skipped (call again), so that it
+// never waits for a message while holding one (the lock order: a key's
+// finisher locks the waiting messages it promotes out of order). A deleted row
+// that held its ordering key frees it (head_id NULL, the key row locked in
+// key order after the messages) for OutboxKeyAdvanceVacant, the next
+// statement, which promotes the key's next message; a deleted waiting row
+// leaves its key's line. Returns the deleted message_ids in message_id
+// order: the others were in flight, locked by others or gone.
+func (q *Queries) OutboxPurgeByIDs(ctx context.Context, db DBTX, arg OutboxPurgeByIDsParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxPurgeByIDs, arg.MessageIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxPurgeHeads = `-- name: OutboxPurgeHeads :one

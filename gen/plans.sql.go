@@ -9,6 +9,27 @@ import (
 	"context"
 )
 
+const useCustomPlansAndLockTimeout = `-- name: UseCustomPlansAndLockTimeout :exec
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('lock_timeout', $1::text, true)
+`
+
+type UseCustomPlansAndLockTimeoutParams struct {
+	LockTimeout string
+}
+
+// UseCustomPlansAndLockTimeout makes the statements that follow in the
+// current transaction be planned for each call's parameter values, and
+// sets the transaction's lock_timeout as UseLockTimeout does. The store
+// sends it with the operator's list (InboxList, OutboxList): its filters
+// are optional, and a generic plan, which cannot know which are set nor
+// the page size, may sort every row instead of reading the list index in
+// order. is_local = true: the settings end with the transaction.
+func (q *Queries) UseCustomPlansAndLockTimeout(ctx context.Context, db DBTX, arg UseCustomPlansAndLockTimeoutParams) error {
+	_, err := db.Exec(ctx, useCustomPlansAndLockTimeout, arg.LockTimeout)
+	return err
+}
+
 const useGenericPlansAndLockTimeout = `-- name: UseGenericPlansAndLockTimeout :exec
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('lock_timeout', $1::text, true)

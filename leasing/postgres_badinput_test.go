@@ -93,7 +93,18 @@ func storeCalls(s *leasing.Postgres, held leasing.Lease, ids []uuid.UUID) map[st
 		},
 		"Stats": func(ctx context.Context) error { _, err := s.Stats(ctx); return err },
 		"Get":   func(ctx context.Context) error { _, err := s.Get(ctx, ids[0]); return err },
-		"List":  func(ctx context.Context) error { _, err := s.List(ctx, time.Time{}, uuid.Nil, 10); return err },
+		"List":  func(ctx context.Context) error { _, err := s.List(ctx, leasing.ListRequest{Limit: 10}); return err },
+		"CountMatching": func(ctx context.Context) error {
+			_, err := s.CountMatching(ctx, leasing.ListFilter{Status: leasing.StatusDeadLettered})
+			return err
+		},
+		"DeadLetterGroups": func(ctx context.Context) error { _, err := s.DeadLetterGroups(ctx, 10); return err },
+		"PurgeByID":        func(ctx context.Context) error { _, err := s.PurgeByID(ctx, ids...); return err },
+		"KeyLines":         func(ctx context.Context) error { _, err := s.KeyLines(ctx, 10); return err },
+		"Bulk": func(ctx context.Context) error {
+			_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge, Filter: leasing.ListFilter{Type: "none"}, BatchSize: 10})
+			return err
+		},
 	}
 }
 
@@ -323,8 +334,50 @@ func TestBadInput(t *testing.T) {
 					_, err := s.Purge(ctx, leasing.PurgeRequest{OlderThan: 1, BatchSize: 1 << 40})
 					return err
 				},
-				"list zero limit": func() error { _, err := s.List(ctx, time.Time{}, uuid.Nil, 0); return err },
-				"list huge limit": func() error { _, err := s.List(ctx, time.Time{}, uuid.Nil, leasing.MaxBatchSize+1); return err },
+				"list zero limit": func() error { _, err := s.List(ctx, leasing.ListRequest{}); return err },
+				"list huge limit": func() error { _, err := s.List(ctx, leasing.ListRequest{Limit: leasing.MaxBatchSize + 1}); return err },
+				"list unknown status": func() error {
+					_, err := s.List(ctx, leasing.ListRequest{Filter: leasing.ListFilter{Status: "lost"}, Limit: 1})
+					return err
+				},
+				"list the other queue's column": func() error {
+					_, err := s.List(ctx, leasing.ListRequest{Filter: leasing.ListFilter{Topic: "t", IdempotencyKey: "k"}, Limit: 1})
+					return err
+				},
+				"list negative age": func() error {
+					_, err := s.List(ctx, leasing.ListRequest{Filter: leasing.ListFilter{OlderThan: -time.Second}, Limit: 1})
+					return err
+				},
+				"list cursor of another status": func() error {
+					_, err := s.List(ctx, leasing.ListRequest{Filter: leasing.ListFilter{Status: leasing.StatusPending},
+						After: leasing.Cursor{Status: leasing.StatusFailed, ID: uuid.New()}, Limit: 1})
+					return err
+				},
+				"count NUL type": func() error { _, err := s.CountMatching(ctx, leasing.ListFilter{Type: "\x00"}); return err },
+				"groups zero":    func() error { _, err := s.DeadLetterGroups(ctx, 0); return err },
+				"purge by no id": func() error { _, err := s.PurgeByID(ctx); return err },
+				"key lines zero": func() error { _, err := s.KeyLines(ctx, 0); return err },
+				"bulk no action": func() error { _, err := s.Bulk(ctx, leasing.BulkRequest{BatchSize: 1}); return err },
+				"bulk zero batch": func() error {
+					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge})
+					return err
+				},
+				"bulk requeue of pending": func() error {
+					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkRequeue, Filter: leasing.ListFilter{Status: leasing.StatusPending}, BatchSize: 1})
+					return err
+				},
+				"bulk purge in flight": func() error {
+					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge, Filter: leasing.ListFilter{Status: leasing.StatusProcessing}, BatchSize: 1})
+					return err
+				},
+				"bulk dead-letter without reason": func() error {
+					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkDeadLetter, BatchSize: 1})
+					return err
+				},
+				"bulk purge with force": func() error {
+					_, err := s.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge, Force: true, BatchSize: 1})
+					return err
+				},
 				"claim owner with NUL": func() error {
 					_, err := s.Claim(ctx, leasing.ClaimRequest{Owner: "\x00", BatchSize: 1, LeaseFor: time.Second})
 					return err

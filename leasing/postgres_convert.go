@@ -16,13 +16,17 @@ import (
 // duplicate of another ordering key) to an *OrderingKeyConflictError, a
 // unique violation to ErrDuplicate with the server's detail, pgx.ErrNoRows
 // to ErrNotFound, lock_not_available (55P03) to ErrLockTimeout and
-// insufficient_privilege (42501) to ErrPermissionDenied, both wrapping the
-// server's error. Other errors, and errors it already mapped, pass unchanged.
+// insufficient_privilege (42501) to ErrPermissionDenied, and a read-only
+// server (25006) or one shutting down or starting (57P01, 57P02, 57P03) to
+// ErrUnavailable, each wrapping the server's error. Other errors, and
+// errors it already mapped, pass unchanged.
 func mapErr(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil, errors.Is(err, ErrLockTimeout), errors.Is(err, ErrPermissionDenied):
+	case err == nil, errors.Is(err, ErrLockTimeout), errors.Is(err, ErrPermissionDenied), errors.Is(err, ErrUnavailable):
 		return err
+	case errors.As(err, &pgErr) && (pgErr.Code == "25006" || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03":
 		return fmt.Errorf("%w: %w", ErrLockTimeout, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":

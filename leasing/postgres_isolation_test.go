@@ -349,11 +349,11 @@ func isolationWorkload(t *testing.T, store *leasing.Postgres, d time.Duration) {
 		if _, err := store.Stats(ctx); err != nil {
 			fail("stats", err)
 		}
-		rows, err := store.List(ctx, time.Time{}, uuid.Nil, 20)
+		page, err := store.List(ctx, leasing.ListRequest{Limit: 20})
 		if err != nil {
 			fail("list", err)
 		}
-		for _, r := range rows[:min(len(rows), 3)] {
+		for _, r := range page.Rows[:min(len(page.Rows), 3)] {
 			if _, err := store.Get(ctx, r.Message.ID); err != nil && !errors.Is(err, leasing.ErrNotFound) {
 				fail("get", err)
 			}

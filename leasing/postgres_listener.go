@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/wait"
@@ -20,6 +21,11 @@ const (
 	DefaultListenerMinBackoff = 100 * time.Millisecond
 	DefaultListenerMaxBackoff = 30 * time.Second
 	DefaultListenerProbeWait  = 5 * time.Second
+	// DefaultListenerHeartbeatInterval is how long a connection may stay
+	// silent before the Listener probes it.
+	DefaultListenerHeartbeatInterval = 10 * time.Second
+	// DefaultListenerHeartbeatTimeout bounds one heartbeat probe.
+	DefaultListenerHeartbeatTimeout = 5 * time.Second
 )
 
 const (
@@ -42,6 +48,22 @@ type ListenerOptions struct {
 	// notification it sends itself from a second connection, > 0.
 	// Defaults to 5 seconds.
 	ProbeWait time.Duration
+	// HeartbeatInterval is how long the connection may stay silent (no
+	// notification, no reply) before the listener probes it with an empty
+	// query, > 0. Defaults to DefaultListenerHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout bounds that probe, > 0: a connection that does not
+	// answer within it is half-open (a failover behind a proxy, a dropped
+	// NAT entry) and the listener reconnects. A dead connection is thus
+	// noticed within HeartbeatInterval + HeartbeatTimeout. Defaults to
+	// DefaultListenerHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	// Meter, when not nil, receives the listener's metrics
+	// (docs/observability.md): litebus.<queue>.listener.healthy, a gauge
+	// of 1 while Healthy and 0 otherwise, and the counters
+	// litebus.<queue>.listener.reconnects (connections lost) and
+	// litebus.<queue>.listener.heartbeat_failures (probes that failed).
+	Meter metric.Meter
 	// OnError, when not nil, receives connection errors before each
 	// reconnect wait, and the *ListenerUndeliveredError before Run returns
 	// it. It is called from Run's goroutine.
@@ -82,14 +104,28 @@ func (e *ListenerUndeliveredError) Error() string {
 // capped exponential backoff and wakes once, since rows may have arrived
 // meanwhile. Give each processor its own Listener: one wake reaches one
 // receiver. docs/operations.md covers poolers.
+//
+// While connected it probes a connection that stayed silent for
+// ListenerOptions.HeartbeatInterval and reconnects when the probe is not
+// answered within HeartbeatTimeout, so a half-open connection, on which
+// notifications would never arrive, is noticed within their sum. Healthy
+// and LastHeard report it (docs/high-availability.md).
 type Listener struct {
-	config  *pgx.ConnConfig
-	queue   Queue
-	opts    ListenerOptions
-	log     *slog.Logger // opts.Logger with queue and channel; nil logs nothing
-	wake    chan struct{}
-	pid     atomic.Uint32
-	running atomic.Bool
+	config    *pgx.ConnConfig
+	queue     Queue
+	opts      ListenerOptions
+	log       *slog.Logger // opts.Logger with queue and channel; nil logs nothing
+	wake      chan struct{}
+	pid       atomic.Uint32
+	running   atomic.Bool
+	lastHeard atomic.Int64 // unix nanoseconds of the last message from the server; 0 before the first
+	metrics   listenerMetrics
+}
+
+// listenerMetrics are a Listener's counters; nil without a Meter.
+type listenerMetrics struct {
+	reconnects        metric.Int64Counter
+	heartbeatFailures metric.Int64Counter
 }
 
 // NewListener returns a listener for queue q that connects with a copy of
@@ -121,7 +157,22 @@ func NewListener(config *pgx.ConnConfig, q Queue, opts ListenerOptions) (*Listen
 	if err := ValidatePositive("listener probe wait", opts.ProbeWait); err != nil {
 		return nil, err
 	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = DefaultListenerHeartbeatInterval
+	}
+	if err := ValidatePositive("listener heartbeat interval", opts.HeartbeatInterval); err != nil {
+		return nil, err
+	}
+	if opts.HeartbeatTimeout == 0 {
+		opts.HeartbeatTimeout = DefaultListenerHeartbeatTimeout
+	}
+	if err := ValidatePositive("listener heartbeat timeout", opts.HeartbeatTimeout); err != nil {
+		return nil, err
+	}
 	l := &Listener{config: config.Copy(), queue: q, opts: opts, wake: make(chan struct{}, 1)}
+	if err := l.newMetrics(); err != nil {
+		return nil, err
+	}
 	if opts.Logger != nil {
 		l.log = opts.Logger.With(slog.String("queue", string(q)), slog.String("channel", q.Channel()))
 	}
@@ -138,6 +189,67 @@ func (l *Listener) Channel() string { return l.queue.Channel() }
 // BackendPID returns the server process id of the listening connection,
 // or 0 while no LISTEN is in place.
 func (l *Listener) BackendPID() uint32 { return l.pid.Load() }
+
+// LastHeard returns when, by the local clock, the listening connection
+// last received something from the server: a notification, the probe
+// after LISTEN or a heartbeat's reply. It is the zero time before the
+// first LISTEN.
+func (l *Listener) LastHeard() time.Time {
+	ns := l.lastHeard.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Healthy reports whether a LISTEN is in place and the connection was
+// heard from within HeartbeatInterval + HeartbeatTimeout, by the local
+// clock. It is false before Run connects, while it reconnects and after
+// it returns.
+func (l *Listener) Healthy() bool {
+	if l.pid.Load() == 0 {
+		return false
+	}
+	return time.Since(l.LastHeard()) <= l.opts.HeartbeatInterval+l.opts.HeartbeatTimeout
+}
+
+// newMetrics makes the listener's instruments on opts.Meter, if any.
+func (l *Listener) newMetrics() error {
+	m := l.opts.Meter
+	if m == nil {
+		return nil
+	}
+	name := func(n string) string { return "litebus." + string(l.queue) + ".listener." + n }
+	var errs []error
+	counter := func(n, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name(n), metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	l.metrics.reconnects = counter("reconnects", "{connection}", "Listener connections lost; each is followed by a reconnect.")
+	l.metrics.heartbeatFailures = counter("heartbeat_failures", "{probe}", "Heartbeat probes not answered within the heartbeat timeout.")
+	healthy, err := m.Int64ObservableGauge(name("healthy"), metric.WithUnit("1"),
+		metric.WithDescription("1 while the listener LISTENs and was heard from within its heartbeat bound, else 0."))
+	errs = append(errs, err)
+	if err == nil {
+		_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			v := int64(0)
+			if l.Healthy() {
+				v = 1
+			}
+			o.ObserveInt64(healthy, v)
+			return nil
+		}, healthy)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("leasing: listener metrics: %w", err)
+	}
+	return nil
+}
+
+// heard records that the connection received something now.
+func (l *Listener) heard() { l.lastHeard.Store(time.Now().UnixNano()) }
 
 // Run connects, LISTENs, checks that notifications arrive and wakes on
 // them until ctx is cancelled, reconnecting after every connection error;
@@ -164,6 +276,9 @@ func (l *Listener) Run(ctx context.Context) error {
 			l.logf(slog.LevelError, "listener stopped: notifications do not arrive", slog.String("error", err.Error()))
 			l.report(err)
 			return err
+		}
+		if l.metrics.reconnects != nil {
+			l.metrics.reconnects.Add(context.WithoutCancel(ctx), 1)
 		}
 		l.report(fmt.Errorf("leasing: listen on %s: %w", l.Channel(), err))
 		l.logf(slog.LevelWarn, "listener connection lost; reconnecting", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
@@ -207,15 +322,47 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 	if err := l.probe(ctx, conn); err != nil {
 		return err
 	}
+	l.heard()
 	l.pid.Store(conn.PgConn().PID())
 	connected()
 	l.signal()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, l.opts.HeartbeatInterval)
+		_, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			l.heard()
+			l.signal()
+		case ctx.Err() == nil && errors.Is(waitCtx.Err(), context.DeadlineExceeded) && !conn.IsClosed():
+			if err := l.heartbeat(ctx, conn); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
-		l.signal()
 	}
+}
+
+// heartbeat sends conn an empty query and waits HeartbeatTimeout for the
+// reply. A rows-free ping is enough: the server answers it only while the
+// connection works both ways.
+//
+// Errors: a connection error, or one that says the probe timed out.
+func (l *Listener) heartbeat(ctx context.Context, conn *pgx.Conn) error {
+	pingCtx, cancel := context.WithTimeout(ctx, l.opts.HeartbeatTimeout)
+	defer cancel()
+	if err := conn.Ping(pingCtx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if l.metrics.heartbeatFailures != nil {
+			l.metrics.heartbeatFailures.Add(context.WithoutCancel(ctx), 1)
+		}
+		return fmt.Errorf("heartbeat not answered within %s: %w", l.opts.HeartbeatTimeout, err)
+	}
+	l.heard()
+	return nil
 }
 
 // signal leaves one wake in the channel unless one is already there.
@@ -259,6 +406,7 @@ func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
 		case n.Payload == payload:
 			return nil
 		}
+		l.heard()
 		l.signal()
 	}
 }

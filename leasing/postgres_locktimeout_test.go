@@ -98,7 +98,7 @@ func lockCalls(store *leasing.Postgres, f lockFixture) []struct {
 		}},
 		{"Stats", func(ctx context.Context) error { _, err := store.Stats(ctx); return err }},
 		{"Get", func(ctx context.Context) error { _, err := store.Get(ctx, f.dead); return err }},
-		{"List", func(ctx context.Context) error { _, err := store.List(ctx, time.Time{}, uuid.Nil, 10); return err }},
+		{"List", func(ctx context.Context) error { _, err := store.List(ctx, leasing.ListRequest{Limit: 10}); return err }},
 		{"Enqueue", func(ctx context.Context) error {
 			_, err := store.Enqueue(ctx, leasing.NewMessage{Type: "lock", TenantID: f.tenant})
 			return err

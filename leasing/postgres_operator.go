@@ -151,26 +151,3 @@ func (s *Postgres) Get(ctx context.Context, id uuid.UUID) (Row, error) {
 	}
 	return r, nil
 }
-
-// List returns up to limit rows (1..MaxBatchSize) ordered by (CreatedAt,
-// ID), starting after the row with createdAt and id (pass the zero time and
-// uuid.Nil for the first page).
-//
-// Errors: an *ArgumentError for a bad limit; otherwise the driver error.
-func (s *Postgres) List(ctx context.Context, createdAt time.Time, id uuid.UUID, limit int) ([]Row, error) {
-	if err := validateCount("list limit", limit); err != nil {
-		return nil, err
-	}
-	list := bind(s.q.list, gen.InboxListParams{AfterCreatedAt: createdAt, AfterMessageID: id, MaxRows: int32(limit)})
-	if err := s.send(ctx, operator, list); err != nil {
-		return nil, fmt.Errorf("leasing: list %s: %w", s.queue, err)
-	}
-	rows := make([]Row, len(list.out))
-	for i, r := range list.out {
-		var err error
-		if rows[i], err = rowOf(s.queue, r); err != nil {
-			return nil, fmt.Errorf("leasing: list %s: %w", s.queue, err)
-		}
-	}
-	return rows, nil
-}

@@ -33,6 +33,10 @@ type queries struct {
 	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
 	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
 	list             func(context.Context, gen.DBTX, gen.InboxListParams) ([]gen.InboxGetRow, error)
+	countMatching    func(context.Context, gen.DBTX, gen.InboxCountMatchingParams) (int64, error)
+	deadLetterGroups func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]gen.InboxDeadLetterGroupsRow, error)
+	purgeByIDs       func(context.Context, gen.DBTX, gen.InboxPurgeByIDsParams) ([]uuid.UUID, error)
+	keyList          func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]gen.InboxKeyListRow, error)
 	enqueue          func(context.Context, gen.DBTX, enqueueColumns) ([]uuid.UUID, error)
 	enqueueCopy      func(context.Context, gen.DBTX, []NewMessage) (int64, error)
 	enqueueOrder     func(context.Context, gen.DBTX, gen.InboxEnqueueOrderParams) (int64, error)
@@ -57,25 +61,29 @@ func queriesFor(q Queue) queries {
 
 func inboxQueries(q *gen.Queries) queries {
 	return queries{
-		claim:          q.InboxClaim,
-		claimTenant:    adapt(q.InboxClaimTenant, same, each(func(r gen.InboxClaimTenantRow) gen.InboxClaimRow { return gen.InboxClaimRow(r) })),
-		renew:          q.InboxRenew,
-		release:        adapt(q.InboxRelease, same, each(func(r gen.InboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
-		releaseOrphans: q.InboxReleaseOrphans,
-		expirePrevious: q.InboxExpirePrevious,
-		complete:       q.InboxComplete,
-		fail:           adapt(q.InboxFail, same, each(func(r gen.InboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
-		deadLetter:     adapt(q.InboxDeadLetter, same, each(func(r gen.InboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
-		deadLetterByID: q.InboxDeadLetterByID,
-		requeue:        q.InboxRequeue,
-		requeueBatch:   q.InboxRequeueBatch,
-		purge:          q.InboxPurge,
-		purgeHeads:     q.InboxPurgeHeads,
-		retained:       q.InboxRetained,
-		countByStatus:  noParams(q.InboxCountByStatus),
-		leaseHealth:    q.InboxLeaseHealth,
-		get:            q.InboxGet,
-		list:           adapt(q.InboxList, same, each(func(r gen.InboxListRow) gen.InboxGetRow { return gen.InboxGetRow(r) })),
+		claim:            q.InboxClaim,
+		claimTenant:      adapt(q.InboxClaimTenant, same, each(func(r gen.InboxClaimTenantRow) gen.InboxClaimRow { return gen.InboxClaimRow(r) })),
+		renew:            q.InboxRenew,
+		release:          adapt(q.InboxRelease, same, each(func(r gen.InboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+		releaseOrphans:   q.InboxReleaseOrphans,
+		expirePrevious:   q.InboxExpirePrevious,
+		complete:         q.InboxComplete,
+		fail:             adapt(q.InboxFail, same, each(func(r gen.InboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+		deadLetter:       adapt(q.InboxDeadLetter, same, each(func(r gen.InboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+		deadLetterByID:   q.InboxDeadLetterByID,
+		requeue:          q.InboxRequeue,
+		requeueBatch:     q.InboxRequeueBatch,
+		purge:            q.InboxPurge,
+		purgeHeads:       q.InboxPurgeHeads,
+		retained:         q.InboxRetained,
+		countByStatus:    noParams(q.InboxCountByStatus),
+		leaseHealth:      q.InboxLeaseHealth,
+		get:              q.InboxGet,
+		list:             adapt(q.InboxList, same, each(func(r gen.InboxListRow) gen.InboxGetRow { return gen.InboxGetRow(r) })),
+		countMatching:    q.InboxCountMatching,
+		deadLetterGroups: q.InboxDeadLetterGroups,
+		purgeByIDs:       q.InboxPurgeByIDs,
+		keyList:          q.InboxKeyList,
 		enqueue: func(ctx context.Context, db gen.DBTX, c enqueueColumns) ([]uuid.UUID, error) {
 			return inboxEnqueue(ctx, db, q, c)
 		},
@@ -138,6 +146,18 @@ func outboxQueries(q *gen.Queries) queries {
 			func(r gen.OutboxGetRow) gen.InboxGetRow { return gen.InboxGetRow(r) }),
 		list: adapt(q.OutboxList, func(p gen.InboxListParams) gen.OutboxListParams { return gen.OutboxListParams(p) },
 			each(func(r gen.OutboxListRow) gen.InboxGetRow { return gen.InboxGetRow(r) })),
+		countMatching: adapt(q.OutboxCountMatching, func(p gen.InboxCountMatchingParams) gen.OutboxCountMatchingParams {
+			return gen.OutboxCountMatchingParams(p)
+		}, same),
+		deadLetterGroups: adapt(q.OutboxDeadLetterGroups, func(p gen.InboxDeadLetterGroupsParams) gen.OutboxDeadLetterGroupsParams {
+			return gen.OutboxDeadLetterGroupsParams(p)
+		},
+			each(func(r gen.OutboxDeadLetterGroupsRow) gen.InboxDeadLetterGroupsRow {
+				return gen.InboxDeadLetterGroupsRow(r)
+			})),
+		purgeByIDs: adapt(q.OutboxPurgeByIDs, func(p gen.InboxPurgeByIDsParams) gen.OutboxPurgeByIDsParams { return gen.OutboxPurgeByIDsParams(p) }, same),
+		keyList: adapt(q.OutboxKeyList, func(p gen.InboxKeyListParams) gen.OutboxKeyListParams { return gen.OutboxKeyListParams(p) },
+			each(func(r gen.OutboxKeyListRow) gen.InboxKeyListRow { return gen.InboxKeyListRow(r) })),
 		enqueue: func(ctx context.Context, db gen.DBTX, c enqueueColumns) ([]uuid.UUID, error) {
 			return outboxEnqueue(ctx, db, q, c)
 		},

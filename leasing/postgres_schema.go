@@ -44,6 +44,12 @@ type SchemaError struct {
 
 // Error implements error: everything missing, and what to run.
 func (e *SchemaError) Error() string {
+	if e.NoHistory && len(e.InvalidIndexes) == 0 {
+		// Never migrated (or by an older version): the full lists say
+		// nothing more than that.
+		return fmt.Sprintf("leasing: the database was never migrated (no %s table, or an older version's history): "+
+			"run leasectl migrate up (or db.MigrateUp)", db.VersionTable)
+	}
 	var parts []string
 	if e.NoHistory {
 		parts = append(parts, fmt.Sprintf("no migration history (%s does not exist)", db.VersionTable))

@@ -3,11 +3,14 @@ package leasing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/pgbatch"
+	"github.com/leasestore/leasestore/internal/wait"
 )
 
 // callClass names how send sets up a call's transaction. Every call sends
@@ -28,6 +31,10 @@ const (
 	// may depend on the values) and the lock timeout, once the schema
 	// check passed.
 	operator
+	// listing is operator with plans made for each call's values: the
+	// operator's list, whose optional filters a generic plan cannot know
+	// (leasing/postgres_list_plan_test.go).
+	listing
 	// anySchema is operator without the schema check, for the calls that
 	// work on an older schema: Enqueue of unkeyed messages (producers keep
 	// enqueuing during a migration), Stats and VacuumIfDead.
@@ -70,43 +77,147 @@ func bind[P, R any](fn func(context.Context, gen.DBTX, P) (R, error), arg P) *st
 // was rolled back whole.
 const deadlockRetries = 3
 
+// ErrUnavailable is matched by the error of a Postgres call that found no
+// writable primary: the server is read-only (SQLSTATE 25006: a standby,
+// or a primary demoted in a failover), shutting down or restarting
+// (57P01, 57P02, 57P03), refused or timed out the connection, or the
+// connection broke. The store discarded the connection, so the pool
+// connects anew (with target_session_attrs=read-write in a multi-host URL,
+// to the new primary: docs/high-availability.md). The error wraps the
+// driver's.
+//
+// A call that could not commit (no connection, nothing sent, or a write
+// refused with 25006) was sent again unavailableRetries times, over about
+// UnavailableRetryWait, before it returned this error; nothing changed. A
+// call whose session ended (57P01, 57P02) returns at once: when a
+// statement's result carried the error nothing committed, but
+// pg_terminate_backend ends sessions with 57P01 too. A call whose connection broke after it was sent may
+// have committed, as any call whose reply was lost (see Store): a retried
+// write then reports OutcomeAlreadyApplied. Retry after a pause; a
+// failover takes seconds.
+var ErrUnavailable = errors.New("leasing: database unavailable")
+
+// unavailableRetries is how many times send sends a call again that found
+// no writable primary before it could commit, waiting unavailableBackoff,
+// doubled each time, before each try.
+const (
+	unavailableRetries = 3
+	unavailableBackoff = 50 * time.Millisecond
+)
+
+// UnavailableRetryWait is about how long a call retries inside the store
+// when it finds no writable primary, before it returns ErrUnavailable:
+// unavailableRetries waits of 50, 100 and 200 milliseconds.
+const UnavailableRetryWait = unavailableBackoff * (1<<unavailableRetries - 1)
+
 // send runs steps in one batch on s's pool as class says, again while the
-// server reports a deadlock. When the server failed a statement none took
-// effect; when reading a result failed on the client (context ended,
-// connection lost), the batch may have committed.
+// server reports a deadlock, and again (unavailableRetries times) while
+// the call finds no writable primary before it could commit. When the
+// server failed a statement none took effect; when reading a result failed
+// on the client (context ended, connection lost), the batch may have
+// committed.
 func (s *Postgres) send(ctx context.Context, class callClass, steps ...step) error {
 	if class != anySchema {
 		if err := s.schemaReady(ctx); err != nil {
 			return err
 		}
 	}
-	for retry := 0; ; retry++ {
-		err := s.sendOnce(ctx, s.pool, class, steps)
+	deadlocks, unavailable := 0, 0
+	for {
+		uncommitted, err := s.sendPooled(ctx, class, steps)
 		var pgErr *pgconn.PgError
-		if retry == deadlockRetries || ctx.Err() != nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case errors.As(err, &pgErr) && pgErr.Code == "40P01" && deadlocks < deadlockRetries:
+			deadlocks++
+		case errors.Is(err, ErrUnavailable) && uncommitted && unavailable < unavailableRetries:
+			if !wait.Sleep(ctx, unavailableBackoff<<unavailable) {
+				return err
+			}
+			unavailable++
+		default:
 			return err
 		}
 	}
+}
+
+// sendPooled is one try of send on a connection of s's pool. It discards
+// a connection that reached a read-only server (the pool destroys a closed
+// connection on release), and maps a broken connection to ErrUnavailable.
+// uncommitted reports that the call cannot have committed and may be sent
+// again: no connection, nothing sent, or a write refused as read-only.
+func (s *Postgres) sendPooled(ctx context.Context, class callClass, steps []step) (uncommitted bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		// Only a failed connect is the server's unavailability; a closed
+		// pool is the caller's.
+		var connectErr *pgconn.ConnectError
+		if ctx.Err() != nil || !errors.As(err, &connectErr) {
+			return false, err
+		}
+		return true, fmt.Errorf("%w: connect: %w", ErrUnavailable, err)
+	}
+	defer conn.Release()
+	var replayed int
+	err = s.sendCounted(ctx, conn, class, steps, &replayed)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.As(err, &pgErr) && pgErr.Code == "25006":
+		// A healthy connection to a standby: close it, or the pool hands
+		// it out again.
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Conn().Close(closeCtx)
+	case ctx.Err() == nil && conn.Conn().IsClosed() && !errors.Is(err, ErrUnavailable):
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// A refused write (25006) is a statement's error: the batch's
+	// transaction, which commits after its last statement, rolled back. A
+	// session ended by 57P01 did not commit either when a statement's
+	// result carried it, but pg_terminate_backend ends sessions with it
+	// too: an operator's kill is reported, not sent again.
+	refused := replayed < len(steps)+2 && errors.As(err, &pgErr) && pgErr.Code == "25006"
+	return refused || pgconn.SafeToRetry(err), err
 }
 
 // sendOnce is one try of send on db, which may also be an open
 // transaction (CheckPrivileges). It is the one place that maps the
 // driver's errors (mapErr) for the statements it sends.
 func (s *Postgres) sendOnce(ctx context.Context, db pgbatch.Sender, class callClass, steps []step) error {
-	g := gen.New()
-	settings := step(bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout}))
-	if class == hotPath {
-		settings = bind(noRows(g.UseGenericPlansAndLockTimeout), gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
-	}
-	all := append([]step{bind(exec(g.UseReadCommitted), struct{}{}), settings}, steps...)
-	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all)...))
+	var replayed int
+	return s.sendCounted(ctx, db, class, steps, &replayed)
 }
 
-// runsOf returns steps as pgbatch.Send takes them.
-func runsOf(ctx context.Context, steps []step) []func(gen.DBTX) error {
+// sendCounted is sendOnce that counts in replayed the statements, the
+// prelude's two included, whose results were read without an error.
+func (s *Postgres) sendCounted(ctx context.Context, db pgbatch.Sender, class callClass, steps []step, replayed *int) error {
+	g := gen.New()
+	settings := step(bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout}))
+	switch class {
+	case hotPath:
+		settings = bind(noRows(g.UseGenericPlansAndLockTimeout), gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+	case listing:
+		settings = bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+	}
+	all := append([]step{bind(exec(g.UseReadCommitted), struct{}{}), settings}, steps...)
+	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all, replayed)...))
+}
+
+// runsOf returns steps as pgbatch.Send takes them; replayed, when not nil,
+// counts the steps whose results were read without an error.
+func runsOf(ctx context.Context, steps []step, replayed *int) []func(gen.DBTX) error {
 	runs := make([]func(gen.DBTX) error, len(steps))
 	for i, st := range steps {
-		runs[i] = func(db gen.DBTX) error { return st.run(ctx, db) }
+		runs[i] = func(db gen.DBTX) error {
+			err := st.run(ctx, db)
+			if err == nil && replayed != nil { // a Recorder's pass never returns nil
+				*replayed++
+			}
+			return err
+		}
 	}
 	return runs
 }
@@ -115,7 +226,7 @@ func runsOf(ctx context.Context, steps []step) []func(gen.DBTX) error {
 // transaction, with its settings untouched (EnqueueTx of keyed messages:
 // the insert and EnqueueOrder), and maps the first error.
 func sendIn(ctx context.Context, tx pgbatch.Sender, steps ...step) error {
-	return mapErr(pgbatch.Send(ctx, tx, runsOf(ctx, steps)...))
+	return mapErr(pgbatch.Send(ctx, tx, runsOf(ctx, steps, nil)...))
 }
 
 // runIn runs steps one by one on db, the caller's transaction, with its

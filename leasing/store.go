@@ -25,7 +25,10 @@ import (
 //   - Postgres only, with nothing changed: a *SchemaError (errors.Is
 //     ErrSchema) while the schema is behind this version, ErrLockTimeout
 //     past PostgresOptions.LockTimeout, and an error matching
-//     ErrPermissionDenied for a statement the database refuses the role.
+//     ErrPermissionDenied for a statement the database refuses the role;
+//   - Postgres only, transient: an error matching ErrUnavailable while no
+//     writable primary answers (a failover); it may have committed only
+//     when the connection broke after the call was sent.
 //
 // A call whose reply was lost may have committed: a retried write then
 // reports OutcomeAlreadyApplied, and a lost claim's leases expire unless

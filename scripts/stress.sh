@@ -13,7 +13,13 @@
 #      again if it does not come back;
 #   3. TestSoakAllOperations for SOAK (default 3m): every store operation at
 #      once on both queues; fails on a deadlock or a failed call;
-#   4. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
+#   4. integration/failover for FAILOVER_ROUNDS (default 5) rounds of
+#      FAILOVER_MESSAGES (default 10000) messages per queue: each round
+#      fails a synchronous primary over mid-drain, through a multi-host URL
+#      and through a switching proxy, then measures an asynchronous loss;
+#      it needs PostgreSQL 15's binaries (/usr/lib/postgresql/15/bin or
+#      LEASESTORE_PG_BIN);
+#   5. FuzzDifferential for FUZZTIME (default 60s); failing inputs land in
 #      integration/differential/testdata/fuzz/FuzzDifferential/ and stay there as
 #      regression cases.
 #
@@ -41,6 +47,11 @@ fi
 echo "== every operation at once on both queues (TestSoakAllOperations, SOAK=${SOAK:-3m})"
 LEASESTORE_SOAK_DURATION="${SOAK:-3m}" go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestSoakAllOperations' ./reliability/ 2>&1 \
   | grep -E 'soak_test\.go:[0-9]+: soak|^(---|ok|FAIL|PASS)' || true
+
+echo "== failovers under load (FAILOVER_ROUNDS=${FAILOVER_ROUNDS:-5}, FAILOVER_MESSAGES=${FAILOVER_MESSAGES:-10000} per queue)"
+LEASESTORE_FAILOVER_ROUNDS="${FAILOVER_ROUNDS:-5}" LEASESTORE_FAILOVER_MESSAGES="${FAILOVER_MESSAGES:-10000}" \
+  go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFailoverSyncDrain|TestFailoverAsyncLoss' ./failover/ 2>&1 \
+  | grep -E '(failover|async)_test\.go:[0-9]+: |^(---|ok|FAIL|PASS)|^    --- ' || true
 
 echo "== fuzzing the differential test for ${FUZZTIME:-60s}"
 go test -count=1 -run '^$' -fuzz '^FuzzDifferential$' -fuzztime "${FUZZTIME:-60s}" -fuzzminimizetime 5s -parallel 1 ./differential/

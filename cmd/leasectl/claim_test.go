@@ -71,9 +71,9 @@ func TestClaimPrintsLeasesBesideParkedRows(t *testing.T) {
 	url := dbtest.DatabaseURL(t)
 	requireOK(t, "enqueue", "--queue", "inbox", "--count", "3", "--database-url", url)
 	store := storeFor(t, url, leasing.Inbox)
-	rows, err := store.List(t.Context(), time.Time{}, uuid.Nil, 3)
+	page, err := store.List(t.Context(), leasing.ListRequest{Limit: 3})
 	require.NoError(t, err)
-	bad := rows[0].ID
+	bad := page.Rows[0].ID
 	_, err = store.Pool().Exec(t.Context(), "UPDATE inbox_messages SET headers = '[1]' WHERE message_id = $1", bad)
 	require.NoError(t, err)
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -37,13 +38,16 @@ const (
 // cli is the state shared by the subcommands: output streams and the
 // database URL.
 type cli struct {
+	stdin          io.Reader // confirmations (bulk)
+	getenv         func(string) string
 	stdout, stderr io.Writer
 	databaseURL    string
 	source         urlSource
+	warned         bool // the default URL's warning was printed
 }
 
 func newCLI(stdout, stderr io.Writer, getenv func(string) string) *cli {
-	c := &cli{stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
+	c := &cli{stdin: os.Stdin, getenv: getenv, stdout: stdout, stderr: stderr, databaseURL: defaultDatabaseURL, source: urlDefault}
 	if u := getenv("DATABASE_URL"); u != "" {
 		c.databaseURL, c.source = u, urlEnv
 	}
@@ -210,7 +214,10 @@ func (c *cli) storeError(err error) error {
 	if errors.As(err, &ce) {
 		return &unreachableError{server: describeURL(c.databaseURL), err: err}
 	}
-	return flagError(schemaHint(err))
+	if errors.Is(err, leasing.ErrSchema) {
+		return fmt.Errorf("%w (database %s)", err, describeURL(c.databaseURL))
+	}
+	return flagError(schemaHint(err, describeURL(c.databaseURL)))
 }
 
 // unreachableError is a failure to connect to server (user@host:port/db):
@@ -232,6 +239,10 @@ func (e *unreachableError) Unwrap() error { return e.err }
 // postgres:// or postgresql:// is a usage error that says so; no message
 // prints the URL's password.
 func (c *cli) poolConfig() (*pgxpool.Config, error) {
+	if c.source == urlDefault && !c.warned {
+		c.warned = true
+		fmt.Fprintf(c.stderr, "leasectl: neither --database-url nor DATABASE_URL is set: using database %s\n", describeURL(c.databaseURL))
+	}
 	if err := pgadmin.CheckScheme(c.databaseURL); err != nil {
 		return nil, usagef("bad database URL: %v", err)
 	}
@@ -322,11 +333,11 @@ func describeURL(u string) string {
 
 // schemaHint adds the fix to an error caused by a missing table or a
 // missing privilege.
-func schemaHint(err error) error {
+func schemaHint(err error, database string) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-		return fmt.Errorf("%w (the schema is missing: run 'leasectl migrate up')", err)
+		return fmt.Errorf("%w (the schema is missing from %s: run 'leasectl migrate up' on it)", err, database)
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
 		return fmt.Errorf("%w (this role lacks the privilege: db/roles.sql grants what processors need to leasestore_processor, and what operators also need, to purge, delete or set strict ordering, to leasestore_operator; leasectl doctor lists what a processor's role lacks)", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasestore/leasestore/console"
 	"github.com/leasestore/leasestore/internal/plural"
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -54,16 +56,20 @@ func parseID(s string) (uuid.UUID, error) {
 // rowJSON is one message as get --json prints it. Times are the database
 // clock, UTC.
 type rowJSON struct {
-	Queue             leasing.Queue     `json:"queue"`
-	MessageID         uuid.UUID         `json:"message_id"`
-	Type              string            `json:"type"`
-	TenantID          string            `json:"tenant_id,omitempty"`
-	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
-	Topic             string            `json:"topic,omitempty"`
-	OrderingKey       string            `json:"ordering_key,omitempty"`
-	KeySeq            int64             `json:"key_seq,omitempty"`
-	Headers           json.RawMessage   `json:"headers"`
-	Payload           []byte            `json:"payload"`
+	Queue          leasing.Queue   `json:"queue"`
+	MessageID      uuid.UUID       `json:"message_id"`
+	Type           string          `json:"type"`
+	TenantID       string          `json:"tenant_id,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Topic          string          `json:"topic,omitempty"`
+	OrderingKey    string          `json:"ordering_key,omitempty"`
+	KeySeq         int64           `json:"key_seq,omitempty"`
+	Headers        json.RawMessage `json:"headers"`
+	Payload        []byte          `json:"payload"`
+	// PayloadJSON is the payload again when it is one JSON value, and
+	// PayloadText when it is text (console.FormatPayload).
+	PayloadJSON       json.RawMessage   `json:"payload_json,omitempty"`
+	PayloadText       *string           `json:"payload_text,omitempty"`
 	CreatedAt         time.Time         `json:"created_at"`
 	VisibleAfter      time.Time         `json:"visible_after"`
 	Status            leasing.Status    `json:"status"`
@@ -86,7 +92,9 @@ func runGet(ctx context.Context, c *cli, args []string) error {
 		"Prints one message's stored state and its attempt history: the last\n"+
 		fmt.Sprint(leasing.AttemptHistoryLimit)+" finished attempts, oldest first, each with its lease (owner and\n"+
 		"generation), when it was claimed and finished, how it ended and its error.\n"+
-		"Times are the database clock, UTC. --json adds the payload (base64).")
+		"Times are the database clock, UTC. The payload is shown when it is JSON\n"+
+		"(indented) or text; --json adds it as base64, and as payload_json or\n"+
+		"payload_text when it is one.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
 	id := idFlag(fs, "message `ID` (required)")
 	asJSON := fs.Bool("json", false, "print the message and its history as JSON")
@@ -111,15 +119,7 @@ func runGet(ctx context.Context, c *cli, args []string) error {
 		return c.storeError(err)
 	}
 	if *asJSON {
-		return writeJSON(c.stdout, rowJSON{
-			Queue: q, MessageID: row.ID, Type: row.Type, TenantID: row.TenantID, IdempotencyKey: row.IdempotencyKey,
-			Topic: row.Topic, OrderingKey: row.OrderingKey, KeySeq: row.KeySeq, Headers: row.Headers, Payload: row.Payload, CreatedAt: row.CreatedAt,
-			VisibleAfter: row.VisibleAfter, Status: row.Status, LeaseOwner: row.LeaseOwner,
-			LeaseExpiresAt: row.LeaseExpiresAt, LeaseGeneration: row.LeaseGeneration, AttemptCount: row.AttemptCount,
-			LastAttemptedAt: row.LastAttemptedAt, LastError: row.LastError, FinishedAt: row.FinishedAt,
-			DeadLetteredAt: row.DeadLetteredAt, AttemptsKept: len(row.Attempts),
-			AttemptsKeptLimit: leasing.AttemptHistoryLimit, Attempts: row.Attempts,
-		})
+		return writeJSON(c.stdout, rowJSONOf(q, row))
 	}
 	return printRow(c.stdout, q, row)
 }
@@ -145,7 +145,13 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 	if row.Topic != "" {
 		line("topic", "%s", shown(row.Topic))
 	}
-	line("payload", "%d bytes", len(row.Payload))
+	kind, payload := console.FormatPayload(row.Payload)
+	switch kind {
+	case console.PayloadBinary:
+		line("payload", "%d bytes (binary)", len(row.Payload))
+	default:
+		line("payload", "%d bytes (%s, below)", len(row.Payload), kind)
+	}
 	line("created at", "%s", stamp(row.CreatedAt))
 	line("visible after", "%s", stamp(row.VisibleAfter))
 	line("attempts", "%d", row.AttemptCount)
@@ -168,6 +174,9 @@ func printRow(w io.Writer, q leasing.Queue, row leasing.Row) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if kind != console.PayloadBinary {
+		fmt.Fprintf(w, "\npayload:\n%s\n", indentPayload(payload))
 	}
 	if len(row.Attempts) == 0 {
 		fmt.Fprintln(w, "\nno finished attempts yet")
@@ -233,4 +242,31 @@ func oneLine(text string, max int) string {
 		text += "…"
 	}
 	return text
+}
+
+// payloadShown is the most payload bytes get prints.
+const payloadShown = 64 << 10
+
+// indentPayload returns payload text for the terminal: each line indented
+// by two spaces, control characters quoted as shown does, cut after
+// payloadShown bytes.
+func indentPayload(text string) string {
+	more := ""
+	if len(text) > payloadShown {
+		n := payloadShown
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		text, more = text[:n], fmt.Sprintf("\n  … (%d more bytes)", len(text)-n)
+	}
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		lines[i] = "  " + shownLine(l)
+	}
+	return strings.Join(lines, "\n") + more
+}
+
+// shownLine is shown for one line of text, tabs kept.
+func shownLine(line string) string {
+	return shown(strings.ReplaceAll(line, "\t", "    "))
 }

@@ -52,7 +52,9 @@ var commands = []command{
 	{"enqueue", "--queue Q [--count N] [--delay D] [--tenant T] [--type T] [--topic T] [--ordering-key K] [--payload S] [--json]", "add messages to a queue", runEnqueue},
 	{"claim", "--queue Q --owner O [--batch N] [--lease D] [--tenant T] [--json]", "lease due messages to an owner and print the leases", runClaim},
 	{"stats", "[--queue Q] [--json]", "queue depth by status, expired leases, oldest due age and oldest key head", runStats},
-	{"get", "--queue Q --id ID [--json]", "show one message and its attempt history", runGet},
+	{"get", "--queue Q --id ID [--json]", "show one message, its payload and its attempt history", runGet},
+	{"list", "--queue Q [--status S] [--type T] [--error TEXT] [--older-than D] ... [--after CURSOR] [--json]", "list the messages that match filters, one page at a time", runList},
+	{"bulk", "requeue|dead-letter|purge --queue Q [filters] [--dry-run] [--yes]", "requeue, dead-letter or purge every message that matches filters", runBulk},
 	{"dead-letter", "--queue Q --id ID --reason TEXT [--force] [--json]", "dead-letter one message by hand (--force fences a live lease)", runDeadLetter},
 	{"requeue", "--queue Q (--id ID ... | --all) [--json]", "move dead-lettered messages back to pending", runRequeue},
 	{"purge", "--queue Q --older-than D [--batch N] [--include-dead-lettered]", "delete finished messages in bounded batches", runPurge},
@@ -66,10 +68,17 @@ var commands = []command{
 
 // runContext is run with the caller's context, for tests.
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runInput(ctx, os.Stdin, args, stdout, stderr)
+}
+
+// runInput is runContext reading confirmations from stdin.
+func runInput(ctx context.Context, stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	c := newCLI(stdout, stderr, os.Getenv)
+	c.stdin = stdin
 	global := flag.NewFlagSet("leasectl", flag.ContinueOnError)
 	global.Usage = func() {}
 	c.addDatabaseFlag(global)
+	version := global.Bool("version", false, "print the version and exit")
 	global.SetOutput(io.Discard)
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,6 +89,13 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	rest := global.Args()
+	if *version {
+		if err := printVersion(stdout); err != nil {
+			fmt.Fprintf(stderr, "leasectl: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(rest) == 0 {
 		c.usage(stderr)
 		return 2
@@ -128,6 +144,7 @@ func (c *cli) help(ctx context.Context, args []string) int {
 
 func (c *cli) usage(w io.Writer) {
 	fmt.Fprint(w, `usage: leasectl [--database-url URL] <command> [flags]
+       leasectl --version
 
 commands:
 `)

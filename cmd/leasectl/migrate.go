@@ -16,10 +16,12 @@ import (
 
 // runMigrate is "leasectl migrate up|down|status|sql".
 func runMigrate(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("migrate", "up|down|status|sql [flags]\n\n"+
+	fs := c.newFlagSet("migrate", "up|down|status|roles|sql [flags]\n\n"+
 		"  up      apply every pending migration\n"+
 		"  down    roll back the most recently applied migration (one step)\n"+
 		"  status  print the schema version and each migration's state\n"+
+		"  roles   create or update the roles leasestore_processor and leasestore_operator\n"+
+		"          and their grants (db/roles.sql; run it after every migration)\n"+
 		"  sql     print the goose SQL files, to vendor them into your own migrations\n\n"+
 		"The history is kept in the goose table "+db.VersionTable+", apart from the\n"+
 		"application's goose_db_version; up, down and status first move a history\n"+
@@ -44,14 +46,14 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 	switch verb {
 	case "sql":
 		return migrateSQL(c, *only)
-	case "up", "down", "status":
+	case "up", "down", "status", "roles":
 		if *only != 0 {
 			return usagef("--version is a flag of migrate sql")
 		}
 	case "":
-		return usagef("say up, down or status (or sql to print the migrations)")
+		return usagef("say up, down or status, or roles (or sql to print the migrations)")
 	default:
-		return usagef("unknown migrate action %q: say up, down, status or sql", verb)
+		return usagef("unknown migrate action %q: say up, down, status, roles or sql", verb)
 	}
 
 	pool, err := c.connect(ctx)
@@ -59,6 +61,13 @@ func runMigrate(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if verb == "roles" {
+		if err := db.ApplyRoles(ctx, pool); err != nil {
+			return fmt.Errorf("apply the roles: %w", schemaHint(err, describeURL(c.databaseURL)))
+		}
+		fmt.Fprintln(c.stdout, "roles leasestore_processor and leasestore_operator are current (db/roles.sql)")
+		return nil
+	}
 	moved, err := db.MoveLegacyHistory(ctx, pool)
 	if err != nil {
 		return err

@@ -144,7 +144,7 @@ func runPurge(ctx context.Context, c *cli, args []string) error {
 		"publication is older than D, one bounded batch per statement so that it never\n"+
 		"holds long locks. Pending, in-flight and failed messages are never deleted.")
 	queue := fs.String("queue", "", "queue: inbox or outbox (required)")
-	olderThan := fs.Duration("older-than", 0, "minimum age of the completion/publication time, e.g. 168h (required)")
+	olderThan := durationFlag(fs, "older-than", 0, "minimum age of the completion/publication time (required)")
 	batch := fs.Int("batch", 1000, fmt.Sprintf("most rows one statement deletes, 1..%d", leasing.MaxBatchSize))
 	includeDead := fs.Bool("include-dead-lettered", false, "also delete dead-lettered messages, by dead-letter time")
 	deadOlderThan := fs.Duration("dead-lettered-older-than", 0, "apply a retention policy: also delete dead letters older than this, >= --older-than")

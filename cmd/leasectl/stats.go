@@ -102,7 +102,7 @@ func queuePauses(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue
 			continue
 		}
 		if err != nil {
-			return nil, schemaHint(err)
+			return nil, schemaHint(err, describe(pool.Config().ConnConfig))
 		}
 		out[q] = p
 	}
@@ -119,7 +119,7 @@ func queueStats(ctx context.Context, pool *pgxpool.Pool, queues []leasing.Queue)
 		}
 		st, err := store.Stats(ctx)
 		if err != nil {
-			return nil, schemaHint(err)
+			return nil, schemaHint(err, describe(pool.Config().ConnConfig))
 		}
 		all = append(all, st)
 	}

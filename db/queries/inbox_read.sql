@@ -63,9 +63,14 @@ SELECT
            AND lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()))
     ), '0'::interval)::interval AS oldest_due_age;
 
--- InboxList returns up to max_rows inbox rows ordered by (created_at,
--- message_id), starting after after_created_at/after_message_id (keyset
--- pagination; pass the zero time and zero uuid for the first page).
+-- InboxList returns up to max_rows inbox rows in status list_status
+-- that match the other filters (partials.sql.tmpl, listRest), in
+-- (created_at, message_id) order after (after_created_at,
+-- after_message_id) (keyset pagination: pass the last row's values for the
+-- next page, the zero time and the nil uuid for the first). It reads
+-- inbox_messages_list_idx, or inbox_messages_inflight_idx for processing, from
+-- that row on: a page costs its rows plus those the other filters skip, at
+-- any table size (with a custom plan, which proves the partial index).
 -- name: InboxList :many
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic, ordering_key,
@@ -73,6 +78,46 @@ SELECT message_id, message_type, payload, headers, tenant_id,
        lease_generation, outcome_generation, outcome, attempt_count, last_attempted_at, last_error,
        completed_at AS finished_at, dead_lettered_at, attempts, coalesce(key_seq, 0)::bigint AS key_seq
 FROM inbox_messages
-WHERE (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
+WHERE status = @list_status::text
+  AND (created_at, message_id) > (@after_created_at::timestamptz, @after_message_id::uuid)
+  AND (sqlc.narg('message_type')::text IS NULL OR message_type = sqlc.narg('message_type')::text)
+  AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
+  AND (sqlc.narg('ordering_key')::text IS NULL OR ordering_key = sqlc.narg('ordering_key')::text)
+  AND (sqlc.narg('idempotency_key')::text IS NULL OR idempotency_key = sqlc.narg('idempotency_key')::text)
+  AND (sqlc.narg('topic')::text IS NULL OR NULL = sqlc.narg('topic')::text)
+  AND (sqlc.narg('error_contains')::text IS NULL OR strpos(last_error, sqlc.narg('error_contains')::text) > 0)
+  AND (sqlc.narg('older_than')::interval IS NULL
+       OR created_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - sqlc.narg('older_than')::interval)
 ORDER BY created_at, message_id
+LIMIT @max_rows::integer;
+
+-- InboxCountMatching returns the number of inbox rows that match the
+-- filter of InboxList: every matching row is read (a range of
+-- inbox_messages_list_idx when status is given), so it costs the matches.
+-- name: InboxCountMatching :one
+SELECT count(*)::bigint AS messages
+FROM inbox_messages
+WHERE status >= coalesce(sqlc.narg('status')::text, '')
+  -- 'waiting' sorts after every other status.
+  AND status <= coalesce(sqlc.narg('status')::text, 'waiting')
+  AND (sqlc.narg('message_type')::text IS NULL OR message_type = sqlc.narg('message_type')::text)
+  AND (sqlc.narg('tenant_id')::text IS NULL OR tenant_id = sqlc.narg('tenant_id')::text)
+  AND (sqlc.narg('ordering_key')::text IS NULL OR ordering_key = sqlc.narg('ordering_key')::text)
+  AND (sqlc.narg('idempotency_key')::text IS NULL OR idempotency_key = sqlc.narg('idempotency_key')::text)
+  AND (sqlc.narg('topic')::text IS NULL OR NULL = sqlc.narg('topic')::text)
+  AND (sqlc.narg('error_contains')::text IS NULL OR strpos(last_error, sqlc.narg('error_contains')::text) > 0)
+  AND (sqlc.narg('older_than')::interval IS NULL
+       OR created_at <= coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()) - sqlc.narg('older_than')::interval);
+
+-- InboxDeadLetterGroups returns the inbox dead letters grouped by last
+-- error, the largest group first, at most max_rows groups: each group's
+-- count and its first and last dead_lettered_at (database clock). Reads
+-- every dead letter through inbox_messages_dead_lettered_idx.
+-- name: InboxDeadLetterGroups :many
+SELECT coalesce(last_error, '')::text AS last_error, count(*)::bigint AS messages,
+       min(dead_lettered_at)::timestamptz AS first_at, max(dead_lettered_at)::timestamptz AS last_at
+FROM inbox_messages
+WHERE status = 'dead_lettered'
+GROUP BY coalesce(last_error, '')
+ORDER BY count(*) DESC, coalesce(last_error, '')
 LIMIT @max_rows::integer;

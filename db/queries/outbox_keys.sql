@@ -156,3 +156,18 @@ WHERE k.head_id IS NOT NULL
                 AND w.status = 'waiting')
 ORDER BY k.head_since, k.tenant_id, k.ordering_key
 LIMIT 1;
+
+-- OutboxKeyList returns up to max_rows outbox ordering keys in use, the
+-- key whose head has held it longest first: tenant ('' for none), key, head
+-- (NULL only inside a transaction that finishes it), since when (database
+-- clock) and how many messages wait behind the head (a range of
+-- outbox_messages_waiting_idx per key). Reads every key row (one per key in
+-- use): for an operator's page, not a hot loop.
+-- name: OutboxKeyList :many
+SELECT k.tenant_id, k.ordering_key, k.head_id, k.head_since,
+       (SELECT count(*) FROM outbox_messages AS w
+        WHERE coalesce(w.tenant_id, '') = k.tenant_id AND w.ordering_key = k.ordering_key
+          AND w.status = 'waiting')::bigint AS waiting
+FROM outbox_ordering_keys AS k
+ORDER BY k.head_since NULLS LAST, k.tenant_id, k.ordering_key
+LIMIT @max_rows::integer;

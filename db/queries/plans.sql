@@ -28,3 +28,14 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- plan_cache_mode. is_local = true: the setting ends with the transaction.
 -- name: UseLockTimeout :exec
 SELECT set_config('lock_timeout', @lock_timeout::text, true);
+
+-- UseCustomPlansAndLockTimeout makes the statements that follow in the
+-- current transaction be planned for each call's parameter values, and
+-- sets the transaction's lock_timeout as UseLockTimeout does. The store
+-- sends it with the operator's list (InboxList, OutboxList): its filters
+-- are optional, and a generic plan, which cannot know which are set nor
+-- the page size, may sort every row instead of reading the list index in
+-- order. is_local = true: the settings end with the transaction.
+-- name: UseCustomPlansAndLockTimeout :exec
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('lock_timeout', @lock_timeout::text, true);

@@ -41,6 +41,7 @@ var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"internal/dbtest/dbtest.go", "buildTemplate", "CREATE/ALTER/DROP DATABASE of the migration template, names quoted with pgx.Identifier"},
 	{"internal/dbtest/run.go", "dropObjects", "DROP ROLE of a dead run's per-test role (DDL takes no parameters), name quoted with pgx.Identifier"},
 	{"internal/dbtest/roles.go", "ApplyRoles", "runs db/roles.sql, a constant file of many statements (simple protocol, no parameters)"},
+	{"db/roles.go", "ApplyRoles", "runs db/roles.sql, the embedded constant file of many statements (simple protocol, no parameters)"},
 	{"internal/dbtest/roles.go", "LoginRole", "CREATE ROLE of a per-test role (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"internal/dbtest/roles.go", "GrantedRole", "CREATE ROLE and GRANT to a per-test role (DDL takes no parameters), names quoted with pgx.Identifier"},
 	{"internal/dbtest/roles.go", "ExecAtEnd", "runs the DROP statements a test registered for its end (DDL takes no parameters)"},

@@ -1,9 +1,11 @@
 package differential_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,18 +22,27 @@ func (r *diffRun) compareAll() {
 		for _, row := range r.mem[q].Rows() {
 			mrows = append(mrows, normRow(row))
 		}
-		var after time.Time
-		afterID := uuid.Nil
+		// List pages in (status, created_at, id) order: sort its rows into
+		// Memory's (created_at, id) order.
+		var all []leasing.Row
+		req := leasing.ListRequest{Limit: 500}
 		for {
-			page, err := r.pg[q].List(r.ctx, after, afterID, 500)
+			page, err := r.pg[q].List(r.ctx, req)
 			require.NoError(r.t, err)
-			for _, row := range page {
-				prows = append(prows, normRow(row))
-			}
-			if len(page) < 500 {
+			all = append(all, page.Rows...)
+			if page.Next.IsZero() {
 				break
 			}
-			after, afterID = page[len(page)-1].CreatedAt, page[len(page)-1].ID
+			req.After = page.Next
+		}
+		slices.SortFunc(all, func(a, b leasing.Row) int {
+			if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+				return c
+			}
+			return bytes.Compare(a.ID[:], b.ID[:])
+		})
+		for _, row := range all {
+			prows = append(prows, normRow(row))
 		}
 		r.same(string(q)+" final row count", len(mrows), len(prows))
 		for i := range mrows {

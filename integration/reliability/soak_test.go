@@ -41,7 +41,8 @@ func soakDuration(t *testing.T) time.Duration {
 // CompleteAndClaim, renews, completes, fails, dead-letters, releases,
 // leases held past their expiry and written after another worker
 // reclaimed them, ReleaseOrphans, Requeue by id (in reverse id order) and
-// RequeueAll, Purge with and without dead letters, VacuumIfDead and the
+// RequeueAll, Purge with and without dead letters, Bulk (dead-letter of
+// waiting messages, purge of dead letters), VacuumIfDead and the
 // processors' vacuum policy (processor.KeepVacuumed), with half the
 // messages keyed (promotions in every complete and dead letter) and strict
 // ordering switched on and off. It asserts the store's
@@ -123,7 +124,7 @@ func TestSoakAllOperations(t *testing.T) {
 var soakKinds = []string{
 	"enqueue", "enqueue-duplicates", "claim", "complete-and-claim", "renew", "complete", "fail", "dead-letter",
 	"release", "stale-write", "release-orphans", "requeue", "requeue-all", "purge", "purge-dead-lettered",
-	"vacuum-if-dead", "keep-vacuumed", "strict-ordering",
+	"vacuum-if-dead", "keep-vacuumed", "strict-ordering", "bulk-dead-letter-waiting", "bulk-purge-dead-lettered",
 }
 
 // soak is one TestSoakAllOperations run: its actors, counters and errors.
@@ -421,6 +422,19 @@ func (s *soak) run(q leasing.Queue, store *leasing.Postgres) {
 		}
 		s.call(q, kind, err)
 	}, 5*time.Millisecond)
+
+	// Bulk by filter: dead-letter waiting messages (one transaction each),
+	// purge dead letters by id. (Bulk requeue is Requeue by id, above.)
+	s.loop(func(r *rand.Rand) {
+		_, err := store.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkDeadLetter, Reason: "soak",
+			Filter: leasing.ListFilter{Status: leasing.StatusWaiting}, BatchSize: 1 + r.IntN(20)})
+		s.call(q, "bulk-dead-letter-waiting", err)
+	}, 30*time.Millisecond)
+	s.loop(func(r *rand.Rand) {
+		_, err := store.Bulk(ctx, leasing.BulkRequest{Action: leasing.BulkPurge,
+			Filter: leasing.ListFilter{Status: leasing.StatusDeadLettered}, BatchSize: 1 + r.IntN(200)})
+		s.call(q, "bulk-purge-dead-lettered", err)
+	}, 20*time.Millisecond)
 
 	// The vacuum policy, as processors run it, and VacuumIfDead directly.
 	s.wg.Add(1)

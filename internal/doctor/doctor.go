@@ -4,7 +4,8 @@
 // EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
 // autovacuum of the queue tables and their ordering keys' tables, the
 // connected role's rights to VACUUM them and to read the work signal's
-// sequence, and sessions that hold back VACUUM. Each problem comes with its
+// sequence, sessions that hold back VACUUM, and an inbox on asynchronous
+// replication. Each problem comes with its
 // reason in words; warnings are reported but leave the database healthy.
 package doctor
 
@@ -44,6 +45,9 @@ type Options struct {
 	// MaxXactAge is the longest a transaction may hold back VACUUM before
 	// it is a problem. Defaults to 5 minutes.
 	MaxXactAge time.Duration
+	// Plans prints each claim plan's tree in the text report (leasectl
+	// doctor --plans); without it the report shows the plan's figures.
+	Plans bool
 }
 
 func (o Options) withDefaults() Options {
@@ -97,6 +101,9 @@ func Check(ctx context.Context, pool *pgxpool.Pool, opts Options) (Report, error
 	if err := checkServer(ctx, pool, opts, &rep); err != nil {
 		return rep, err
 	}
+	if err := checkReplication(ctx, pool, opts, &rep); err != nil {
+		return rep, err
+	}
 	rep.OK = len(rep.Problems) == 0
 	for _, qr := range rep.Queues {
 		rep.OK = rep.OK && len(qr.Problems) == 0
@@ -118,6 +125,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, out io.Writer, asJSON bool, op
 		enc.SetIndent("", "  ")
 		return rep.OK, enc.Encode(rep)
 	}
+	rep.ShowPlans = opts.Plans
 	return rep.OK, WriteText(out, rep)
 }
 

@@ -66,6 +66,7 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.Int64Var(&opts.MaxClaimBuffers, "max-claim-buffers", 0, "most shared buffers the claim may touch (default 100 x batch)")
 	fs.DurationVar(&opts.MaxOldestDue, "max-oldest-due", 15*time.Minute, "longest the oldest due message may have been due (time deferred, leased or waiting on a retry delay does not count)")
 	fs.Int64Var(&opts.MaxDeadTuples, "max-dead-tuples", 100_000, "most dead row versions per queue table or ordering keys' table")
+	fs.BoolVar(&opts.Plans, "plans", false, "print each claim plan's tree (the report shows its figures)")
 	fs.DurationVar(&opts.MaxXactAge, "max-xact-age", 5*time.Minute, "longest a transaction may hold back VACUUM")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: leasectl doctor [--queue inbox|outbox] [--json] [flags]\n\n"+

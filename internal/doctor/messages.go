@@ -109,3 +109,11 @@ const (
 	msgSlot                = "replication slot %s holds back VACUUM by %d transactions"
 	msgSlotInactive        = msgSlot + " and is inactive: drop it with pg_drop_replication_slot if nothing will use it"
 )
+
+// Replication, for the inbox: the number of standbys; synchronous_commit
+// and synchronous_standby_names.
+const (
+	msgInboxAsyncReplication = "the inbox runs on asynchronous replication (%d standby streaming, synchronous_standby_names empty): a failover loses the last commits, among them inbox messages whose broker was already told they were accepted; set synchronous_standby_names, or acknowledge the broker only after a durable commit (docs/high-availability.md)"
+	msgInboxLocalCommit      = "synchronous_commit is %s for this role and database although synchronous_standby_names is %q: inbox commits do not wait for the standby, so a failover loses the last ones, among them messages whose broker was already told they were accepted; use synchronous_commit = on (docs/high-availability.md)"
+	msgInboxNoSyncStandby    = "synchronous_standby_names is %q but none of the %d streaming standbys is synchronous: commits wait for a standby that is not there (or for none, under a quorum that is not met); check the standbys' application_name (docs/high-availability.md)"
+)

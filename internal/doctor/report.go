@@ -9,6 +9,9 @@ import (
 type Report struct {
 	// OK is true when no queue and no server check found a problem.
 	OK bool `json:"ok"`
+	// ShowPlans makes WriteText print each claim plan's tree (Options.Plans);
+	// the JSON always holds them.
+	ShowPlans bool `json:"-"`
 	// Queues holds one entry per checked queue, in Options order.
 	Queues []QueueReport `json:"queues"`
 	// OldestXactSeconds is the age of the oldest transaction (or session
@@ -32,6 +35,8 @@ type Report struct {
 	// warning). MigrationHistory is false when that table is missing.
 	Migrations       []MigrationState `json:"migrations"`
 	MigrationHistory bool             `json:"migration_history"`
+	// Replication is the replication the server shows.
+	Replication ReplicationReport `json:"replication"`
 	// Problems and Warnings are the server-wide findings, in words.
 	Problems []string `json:"problems"`
 	Warnings []string `json:"warnings"`

@@ -10,7 +10,8 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// WriteText writes rep for people.
+// WriteText writes rep for people: a few lines per queue, and each claim
+// plan's tree when rep.ShowPlans.
 func WriteText(w io.Writer, rep Report) error {
 	var b strings.Builder
 	for _, q := range rep.Queues {
@@ -34,8 +35,10 @@ func WriteText(w io.Writer, rep Report) error {
 		if len(q.ClaimPlan) > 0 {
 			fmt.Fprintf(&b, "  claim of %d: %d rows, %d buffers, %.3f ms; seq scan %t, sort over eligible %t, temp blocks %d, JIT %t; generic plan %d buffers\n",
 				q.ClaimBatch, q.ClaimRows, q.ClaimBuffers, q.ClaimMs, q.SeqScan, q.SortOverEligible, q.TempBlocks, q.JIT, q.GenericClaimBuffers)
-			for _, n := range q.ClaimPlan {
-				fmt.Fprintf(&b, "    %s\n", n)
+			if rep.ShowPlans {
+				for _, n := range q.ClaimPlan {
+					fmt.Fprintf(&b, "    %s\n", n)
+				}
 			}
 			fmt.Fprintf(&b, "  expired leases %d, oldest due %s, overdue %t, dead-lettered %d\n",
 				q.ExpiredLeases, round(time.Duration(q.OldestDueSeconds*float64(time.Second))), q.Overdue, q.DeadLettered)
