@@ -30,5 +30,5 @@ func TestOrders(t *testing.T) {
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "outbox: 30 published, 0 dead-lettered;")
 	require.Contains(t, out.String(), "holds 30 messages")
-	require.Contains(t, out.String(), "PASS: every order was placed, announced once and paid")
+	require.Contains(t, out.String(), "PASS: every order was placed, announced once and paid once")
 }

@@ -5,7 +5,7 @@
 // scenario checks what must hold whatever the broker: every message
 // reaches the inbox, none is dead-lettered, and the messages of one
 // ordering key reach the inbox in enqueue order; a broker that
-// deduplicates stores each message once.
+// deduplicates stores each message once; an outage spends no attempt.
 package brokertest
 
 import (
@@ -70,9 +70,10 @@ type Broker struct {
 const Keys = 25
 
 // relayOptions are the options of the scenarios' relays: a short lease so
-// that a killed relay's messages come back soon, and attempts enough that
-// an outage of a few seconds dead-letters nothing even where an
-// unavailable destination spends attempts.
+// that a killed relay's messages come back soon, and short backoffs. The
+// RetryPolicy keeps its default MaxAttempts: an outage must spend no
+// attempt (the adapters return processor.Unavailable), so it dead-letters
+// nothing whatever its length (Outage checks it).
 func relayOptions() processor.Options {
 	return processor.Options{
 		Owner:         "relay",
@@ -80,7 +81,7 @@ func relayOptions() processor.Options {
 		Concurrency:   4,
 		LeaseDuration: 2 * time.Second,
 		PollInterval:  20 * time.Millisecond,
-		RetryPolicy:   processor.RetryPolicy{MaxAttempts: 1000, InitialDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond},
+		RetryPolicy:   processor.RetryPolicy{InitialDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond},
 	}
 }
 
@@ -297,7 +298,9 @@ func RoundTrip(t testing.TB, b Broker, n int) {
 // through; then every connection is cut, and new ones refused, for cut,
 // while the second half is enqueued, so that the relay meets the outage
 // with messages to publish. No message may be dead-lettered, lost or
-// reordered within its key.
+// reordered within its key, and the outage may spend no attempt: each
+// message was published on its first counted attempt, the attempts the
+// outage failed having ended released (see noAttemptSpent).
 func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 	e := newEnv(t, b)
 	cutter := b.Cutter
@@ -319,8 +322,42 @@ func Outage(t testing.TB, b Broker, n int, cut time.Duration) {
 	restore()
 	e.waitInbox(n)
 	e.check(n)
+	e.noAttemptSpent()
 	stopRelay()
 	stopConsumer()
+}
+
+// noAttemptSpent asserts that every outbox message was published on
+// attempt 1: the attempts a broker outage failed were released, which
+// gives the attempt back, rather than failed or expired, which spend it.
+// It logs how many messages had an attempt released.
+func (e *env) noAttemptSpent() {
+	t := e.t
+	rows, err := e.pool.Query(t.Context(), `SELECT message_id::text, attempt_count, jsonb_path_query_array(attempts, '$[*].outcome')::text FROM outbox_messages
+		WHERE attempt_count <> 1 OR jsonb_path_exists(attempts, '$[*] ? (@.outcome != "released" && @.outcome != "published")')
+		ORDER BY message_id LIMIT 5`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for rows.Next() {
+		var id, history string
+		var count int
+		if err := rows.Scan(&id, &count, &history); err != nil {
+			t.Fatal(err)
+		}
+		bad = append(bad, fmt.Sprintf("%s at attempt %d, attempts ended %s", id, count, history))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("the outage spent attempts (want each message published on attempt 1, the others released):\n%s",
+			strings.Join(bad, "\n"))
+	}
+	released := e.scanInt(e.pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM outbox_messages WHERE attempts @> '[{"outcome":"released"}]'`))
+	t.Logf("every message published on attempt 1; %d had an attempt released by the outage", released)
 }
 
 // The environment that tells a test binary started by RelayKilled to run
