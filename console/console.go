@@ -1,7 +1,8 @@
 // Package console is a web console for leasestore queues: an http.Handler
 // that shows queue depth, dead letters grouped by error, messages by
 // filter, one message's payload and history, the ordering keys in use and
-// the doctor report, and requeues,
+// the doctor report, depth and throughput sampled over the last hour while
+// Run runs, and requeues,
 // dead-letters or purges one message or every message a filter matches.
 //
 // Server-rendered (html/template, no JavaScript needed). Mount it behind
@@ -49,6 +50,10 @@ type Options struct {
 	User func(*http.Request) string
 	// PageSize is the messages per list page; 0 means 50.
 	PageSize int
+	// SampleEvery is how often Run samples each queue's Stats for the
+	// queues page's depth and throughput of the last hour; 0 means 30 s,
+	// below 100 ms means 100 ms, negative turns the sampling off.
+	SampleEvery time.Duration
 }
 
 // Console is the console's http.Handler.
@@ -58,12 +63,16 @@ type Console struct {
 	opts   Options
 	tmpl   *template.Template
 	mux    *http.ServeMux
+	// sampler is the queues' history; Run fills it.
+	sampler sampler
 }
 
 // csrfCookie holds the double-submit CSRF token.
 const csrfCookie = "leasestore_console_csrf"
 
-// New returns a console over stores, one per queue.
+// New returns a console over stores, one per queue. It serves at once;
+// the queues page's history of the last hour fills while Run runs (stop it
+// with Close).
 //
 // Errors: none of stores, or two of one queue.
 func New(opts Options, stores ...*leasing.Postgres) (*Console, error) {
@@ -83,6 +92,17 @@ func New(opts Options, stores ...*leasing.Postgres) (*Console, error) {
 	}
 	if c.opts.PageSize <= 0 {
 		c.opts.PageSize = 50
+	}
+	c.sampler.every = c.opts.SampleEvery
+	switch {
+	case c.sampler.every == 0:
+		c.sampler.every = defaultSampleEvery
+	case c.sampler.every > 0 && c.sampler.every < minSampleEvery:
+		c.sampler.every = minSampleEvery
+	}
+	c.sampler.hist = map[leasing.Queue]*history{}
+	for _, q := range c.queues {
+		c.sampler.hist[q] = newHistory(max(c.sampler.every, minSampleEvery))
 	}
 	c.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 		"stamp": func(t any) string {
@@ -194,6 +214,9 @@ func (c *Console) store(s string) (*leasing.Postgres, error) {
 type queueRow struct {
 	Stats    leasing.Stats
 	Statuses []statusCount
+	// History is the sampled depth and throughput; nil before Run's first
+	// sample or with sampling off.
+	History *historyView
 }
 
 type statusCount struct {
@@ -209,7 +232,7 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request) {
 			c.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
-		row := queueRow{Stats: st}
+		row := queueRow{Stats: st, History: c.historyOf(q)}
 		for _, s := range q.Statuses() {
 			row.Statuses = append(row.Statuses, statusCount{s, st.Depth[s]})
 		}

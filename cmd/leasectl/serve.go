@@ -13,6 +13,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/leasestore/leasestore/console"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -21,20 +22,23 @@ import (
 // over the OpenTelemetry Prometheus exporter at /metrics until SIGINT or
 // SIGTERM. Each scrape reads Store.Stats, which counts the table's rows.
 func runServe(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("serve", "[--metrics-addr ADDR] [--queue inbox|outbox] [--ui [--ui-addr ADDR] [--allow-writes] [--ui-token T]]\n\n"+
+	fs := c.newFlagSet("serve", "[--metrics-addr ADDR] [--queue inbox|outbox] [--ui [--ui-addr ADDR] [--allow-writes] [--ui-token T] [--ui-sample D]]\n\n"+
 		"Serves litebus.<queue>.queue.depth (by status), .expired_leases and\n"+
 		".oldest_due_age at http://ADDR/metrics until interrupted, /healthz (the\n"+
 		"process answers) and /readyz (the database answers and its schema is current).\n"+
 		"Each scrape reads the counts from the database. --ui also serves the web\n"+
 		"console (package console) at --ui-addr, read-only unless --allow-writes; on an\n"+
 		"address other than localhost it requires --ui-token (or $LEASECTL_UI_TOKEN),\n"+
-		"given as a bearer token or as the basic-auth password.")
+		"given as a bearer token or as the basic-auth password. The console samples\n"+
+		"each queue's counts every --ui-sample for its depth and throughput of the\n"+
+		"last hour (each sample reads the counts as a scrape does).")
 	addr := fs.String("metrics-addr", ":9464", "`address` to listen on")
 	queue := fs.String("queue", "", "only this queue: inbox or outbox (default both)")
 	ui := fs.Bool("ui", false, "also serve the web console")
 	uiAddr := fs.String("ui-addr", "127.0.0.1:8080", "`address` of the web console")
 	allowWrites := fs.Bool("allow-writes", false, "let the console requeue, dead-letter and purge")
 	uiToken := fs.String("ui-token", c.getenv("LEASECTL_UI_TOKEN"), "`token` the console requires (default $LEASECTL_UI_TOKEN)")
+	uiSample := fs.Duration("ui-sample", 30*time.Second, "how often the console samples the queues' counts for its last hour (`duration`, at least 1s)")
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
@@ -48,6 +52,9 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 	if *ui {
 		if err := checkUIAddr(*uiAddr, *uiToken); err != nil {
 			return err
+		}
+		if *uiSample < time.Second {
+			return usagef("--ui-sample must be at least 1s, got %s", *uiSample)
 		}
 	} else if *allowWrites {
 		return usagef("--allow-writes needs --ui")
@@ -89,8 +96,10 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{ln}
 	fmt.Fprintf(c.stdout, "serving queue metrics at http://%s/metrics (interrupt to stop)\n", ln.Addr())
+	var con *console.Console
 	if *ui {
-		handler, err := consoleHandler(c, pgStores, !*allowWrites, *uiToken)
+		var handler http.Handler
+		con, handler, err = consoleHandler(c, pgStores, !*allowWrites, *uiToken, *uiSample)
 		if err != nil {
 			_ = ln.Close()
 			return err
@@ -111,6 +120,10 @@ func runServe(ctx context.Context, c *cli, args []string) error {
 	served := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() { served <- srv.Serve(listeners[i]) }()
+	}
+	if con != nil {
+		go func() { _ = con.Run(ctx) }()
+		defer func() { _ = con.Close() }()
 	}
 	var serveErr error
 	select {

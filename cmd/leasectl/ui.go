@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/leasestore/leasestore/console"
 	"github.com/leasestore/leasestore/leasing"
@@ -33,21 +34,22 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// consoleHandler is the console over stores, behind the token when one is
-// given: as "Authorization: Bearer <token>" or as the basic-auth password
-// (any user name, logged in the audit lines).
-func consoleHandler(c *cli, stores []*leasing.Postgres, readOnly bool, token string) (http.Handler, error) {
+// consoleHandler is the console over stores (sampling every sampleEvery
+// once Run), and its handler: behind the token when one is given, as
+// "Authorization: Bearer <token>" or as the basic-auth password (any user
+// name, logged in the audit lines).
+func consoleHandler(c *cli, stores []*leasing.Postgres, readOnly bool, token string, sampleEvery time.Duration) (*console.Console, http.Handler, error) {
 	logger := slog.New(slog.NewTextHandler(c.stderr, nil))
-	h, err := console.New(console.Options{ReadOnly: readOnly, Logger: logger, User: func(r *http.Request) string {
+	con, err := console.New(console.Options{ReadOnly: readOnly, Logger: logger, SampleEvery: sampleEvery, User: func(r *http.Request) string {
 		if user, _, ok := r.BasicAuth(); ok {
 			return user
 		}
 		return "token"
 	}}, stores...)
 	if err != nil || token == "" {
-		return h, err
+		return con, con, err
 	}
-	return requireToken(token, h), nil
+	return con, requireToken(token, con), nil
 }
 
 // requireToken lets through the requests that carry token, and asks the

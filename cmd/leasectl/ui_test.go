@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,10 +86,16 @@ func TestServeUI(t *testing.T) {
 	requireOK(t, "enqueue", "--queue", "inbox", "--count", "2", "--database-url", url)
 
 	// Localhost: no token needed; read-only by default.
-	urls := startServe(t, "--metrics-addr", "127.0.0.1:0", "--ui", "--ui-addr", "127.0.0.1:0", "--database-url", url)
+	urls := startServe(t, "--metrics-addr", "127.0.0.1:0", "--ui", "--ui-addr", "127.0.0.1:0", "--ui-sample", "1s", "--database-url", url)
 	code, body := fetch(t, urls[1])
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "Read-only")
+	// The console samples while serve runs (goleak in TestMain checks it
+	// stops with serve).
+	require.Eventually(t, func() bool {
+		_, body := fetch(t, urls[1])
+		return strings.Contains(body, "since this console started, sampled every 1s") && strings.Contains(body, "now 2, max 2")
+	}, 10*time.Second, 50*time.Millisecond)
 	resp, err := http.PostForm(urls[1]+"act", map[string][]string{"action": {"purge"}, "queue": {"inbox"}})
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -118,6 +125,7 @@ func TestServeUIBadInput(t *testing.T) {
 		{[]string{"--ui", "--ui-addr", "0.0.0.0:0"}, "listens beyond this machine: give --ui-token"},
 		{[]string{"--ui", "--ui-addr", ":8080"}, "listens beyond this machine"},
 		{[]string{"--ui", "--ui-addr", "nope"}, "--ui-addr must be host:port"},
+		{[]string{"--ui", "--ui-sample", "10ms"}, "--ui-sample must be at least 1s"},
 		{[]string{"--allow-writes"}, "--allow-writes needs --ui"},
 	} {
 		r := leasectl(t, append(append([]string{"serve", "--metrics-addr", "127.0.0.1:0"}, c.args...), "--database-url", url)...)
