@@ -45,7 +45,7 @@ func TestDoctor(t *testing.T) {
 		require.Positive(t, in.ClaimBuffers)
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_ready_idx")
 		require.Contains(t, in.ClaimIndexes, "inbox_messages_inflight_idx")
-		require.Len(t, in.Indexes, 11)
+		require.Len(t, in.Indexes, 12)
 		require.True(t, in.MayVacuum, "the test user owns the tables")
 		for _, ix := range in.Indexes {
 			require.True(t, ix.Present && ix.Valid, ix.Name)
@@ -395,6 +395,68 @@ func TestDoctor(t *testing.T) {
 		_, err = doctor.Run(ctx, pool, &js, true, doctor.Options{})
 		require.NoError(t, err)
 		require.NotContains(t, js.String(), `"keys"`)
+	})
+
+	t.Run("Check/Pauses", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.NewPool(t)
+		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		check := func() doctor.QueueReport {
+			rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+			require.NoError(t, err)
+			return rep.Queues[0]
+		}
+		// A message due for 20 minutes: overdue, a problem, while nothing
+		// is paused.
+		_, err = pool.Exec(ctx, `INSERT INTO inbox_messages (message_id, message_type, payload, created_at, visible_after)
+			VALUES (gen_random_uuid(), 'orders', '\x01', now() - interval '20 minutes', now() - interval '20 minutes')`)
+		require.NoError(t, err)
+		q := check()
+		require.Empty(t, q.Paused)
+		require.True(t, hasProblem(q.Problems, "has been due for more than"), q.Problems)
+
+		// A paused topic is shown, and is neither problem nor warning.
+		require.NoError(t, store.Pause(ctx, leasing.PauseRequest{Topics: []string{"refunds"}, By: "ops@a"}))
+		q = check()
+		require.Len(t, q.Paused, 1)
+		require.Equal(t, "refunds", q.Paused[0].Topic)
+		require.Equal(t, "ops@a", q.Paused[0].By)
+		require.False(t, hasProblem(q.Warnings, "paused"), q.Warnings)
+
+		// The whole queue paused with a message due: a warning, and the
+		// overdue message is no longer a problem.
+		require.NoError(t, store.Pause(ctx, leasing.PauseRequest{WholeQueue: true, By: "ops@b"}))
+		q = check()
+		require.True(t, q.Overdue)
+		require.Empty(t, q.Problems)
+		require.True(t, hasProblem(q.Warnings, "the whole queue is paused (by ops@b"), q.Warnings)
+		require.Equal(t, []string{"", "refunds"}, []string{q.Paused[0].Topic, q.Paused[1].Topic})
+
+		var out bytes.Buffer
+		_, err = doctor.Run(ctx, pool, &out, false, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		require.Contains(t, out.String(), "paused: whole queue by ops@b at ")
+		require.Contains(t, out.String(), `paused: topic "refunds" by ops@a at `)
+		out.Reset()
+		_, err = doctor.Run(ctx, pool, &out, true, doctor.Options{Queues: []leasing.Queue{leasing.Inbox}})
+		require.NoError(t, err)
+		var fields struct {
+			Queues []struct {
+				Paused []map[string]any `json:"paused"`
+			} `json:"queues"`
+		}
+		require.NoError(t, json.Unmarshal(out.Bytes(), &fields))
+		require.Equal(t, "ops@b", fields.Queues[0].Paused[0]["by"])
+		require.Contains(t, fields.Queues[0].Paused[0], "at")
+
+		// Nothing due: the whole-queue pause alone warns of nothing.
+		_, err = pool.Exec(ctx, `DELETE FROM inbox_messages`)
+		require.NoError(t, err)
+		q = check()
+		require.False(t, hasProblem(q.Warnings, "paused"), q.Warnings)
+		require.Len(t, q.Paused, 2)
 	})
 
 	t.Run("Check/OverdueCountsOnlyTimeDue", func(t *testing.T) {

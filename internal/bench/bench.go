@@ -41,7 +41,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		Queue: string(cfg.Queue), Messages: cfg.Messages, TerminalRows: cfg.TerminalRows,
 		DeferredRows: cfg.DeferredRows, ExpiredLeases: cfg.ExpiredLeases,
 		Drained: cfg.Messages + cfg.ExpiredLeases, Workers: cfg.Workers, BatchSize: cfg.BatchSize,
-		ExplainBatch: cfg.ExplainBatch, RegisteredTypes: !cfg.PlainPgx, OrderingKeys: cfg.OrderingKeys,
+		ExplainBatch: cfg.ExplainBatch, TopicRows: cfg.TopicRows, RegisteredTypes: !cfg.PlainPgx, OrderingKeys: cfg.OrderingKeys,
 	}
 	name, dbURL, drop, err := runDatabase(ctx, cfg)
 	if err != nil {
@@ -106,13 +106,29 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		return err
 	}
 	res.FillSeconds = time.Since(start).Seconds()
-	res.Clean, err = cleanCost(ctx, store, explain.Claim, cfg.ExplainBatch)
+	res.Clean, err = cleanCost(ctx, store, explain.Claim, cfg.ExplainBatch, explain.Options{})
 	if err != nil {
 		return err
 	}
-	res.CleanGeneric, err = cleanCost(ctx, store, explain.ClaimGeneric, cfg.ExplainBatch)
+	res.CleanGeneric, err = cleanCost(ctx, store, explain.ClaimGeneric, cfg.ExplainBatch, explain.Options{})
 	if err != nil {
 		return err
+	}
+	if cfg.TopicRows > 0 {
+		progress.status("filling %s: %d due of topic %s behind the rest", t.name, cfg.TopicRows, kindTopic)
+		if err := fillTopic(ctx, pool, t, cfg); err != nil {
+			return err
+		}
+		scoped := explain.Options{Topics: []string{kindTopic}}
+		topic, err := cleanCost(ctx, store, explain.Claim, cfg.ExplainBatch, scoped)
+		if err != nil {
+			return err
+		}
+		generic, err := cleanCost(ctx, store, explain.ClaimGeneric, cfg.ExplainBatch, scoped)
+		if err != nil {
+			return err
+		}
+		res.Topic, res.TopicGeneric = &topic, &generic
 	}
 	progress.done()
 	if cfg.SkipDrain {
@@ -220,10 +236,10 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 
 // cleanCost returns the median cost of five rolled-back claims of batch
 // rows on store's queue, explained by run (explain.Claim or ClaimGeneric).
-func cleanCost(ctx context.Context, store *leasing.Postgres, run func(context.Context, *pgxpool.Pool, leasing.Queue, int, explain.Options) (explain.ClaimPlan, error), batch int) (ClaimCost, error) {
+func cleanCost(ctx context.Context, store *leasing.Postgres, run func(context.Context, *pgxpool.Pool, leasing.Queue, int, explain.Options) (explain.ClaimPlan, error), batch int, opts explain.Options) (ClaimCost, error) {
 	plans := make([]explain.ClaimPlan, 5)
 	for i := range plans {
-		p, err := run(ctx, store.Pool(), store.Queue(), batch, explain.Options{})
+		p, err := run(ctx, store.Pool(), store.Queue(), batch, opts)
 		if err != nil {
 			return ClaimCost{}, err
 		}

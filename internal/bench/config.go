@@ -61,6 +61,12 @@ type Config struct {
 	PlainPgx bool
 	// SkipDrain stops after the fill and the plan of a clean claim.
 	SkipDrain bool
+	// TopicRows, when positive, adds as many due rows of topic
+	// "bench-topic" behind the fill (every due row of the fill, of other
+	// topics, ahead of them) and measures a claim scoped to that topic
+	// (leasing.ClaimRequest.Topics) beside the unscoped one. Needs
+	// SkipDrain: the drains' verification knows only the fill's rows.
+	TopicRows int
 	// SkipRaw skips the pgbench baseline.
 	SkipRaw bool
 	// Rounds is the number of API + pgbench drain pairs, run alternately,
@@ -151,6 +157,10 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("bench: rounds must be 1..20, got %d", cfg.Rounds)
 	case cfg.OrderingKeys < 0 || cfg.OrderingKeys > cfg.Messages:
 		return fmt.Errorf("bench: ordering keys must be 0..messages (%d), got %d", cfg.Messages, cfg.OrderingKeys)
+	case cfg.TopicRows < 0:
+		return fmt.Errorf("bench: topic rows must not be negative, got %d", cfg.TopicRows)
+	case cfg.TopicRows > 0 && !cfg.SkipDrain:
+		return errors.New("bench: topic rows need fill only (--fill-only)")
 	case cfg.Producers < 0 || cfg.Producers > 256:
 		return fmt.Errorf("bench: producers must be 0..256, got %d", cfg.Producers)
 	case slices.ContainsFunc(cfg.Rates, func(r int) bool { return r < 1 }):

@@ -25,14 +25,15 @@ type table struct {
 	success  string // completed or published
 	doneAt   string // completed_at or published_at
 	keys     string // inbox_ordering_keys or outbox_ordering_keys
+	topic    string // message_type or topic: what ClaimRequest.Topics matches
 }
 
 func tableOf(q leasing.Queue) table {
-	doneAt := "completed_at"
+	doneAt, topic := "completed_at", "message_type"
 	if q == leasing.Outbox {
-		doneAt = "published_at"
+		doneAt, topic = "published_at", "topic"
 	}
-	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt, q.KeyTable()}
+	return table{q.Table(), string(q.InFlight()), string(q.Succeeded()), doneAt, q.KeyTable(), topic}
 }
 
 // Row kinds, stored in message_type so that verification can tell them apart.
@@ -41,6 +42,9 @@ const (
 	kindExpired  = "bench-expired"
 	kindDeferred = "bench-deferred"
 	kindTerminal = "bench-terminal"
+	// kindTopic is the topic of the rows a topic-scoped claim takes
+	// (Config.TopicRows), in the table's topic column.
+	kindTopic = "bench-topic"
 )
 
 // fillSQL inserts $2 rows of one kind, numbered from $1 in created_at order
@@ -62,6 +66,16 @@ SELECT gen_random_uuid(), $3::text, p.payload, c.created_at,
        CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN 1 ELSE 0 END,
        CASE WHEN $3::text IN ('bench-terminal', 'bench-expired') THEN c.created_at END,
        CASE $3::text WHEN 'bench-terminal' THEN c.created_at + interval '1 second' END
+FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at
+      FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) AS g) AS c,
+     (SELECT convert_to(repeat('x', $4::integer), 'UTF8') AS payload) AS p`
+
+// topicFillSQL inserts $2 due pending rows of topic $3 (the table's topic
+// column, %[2]s), numbered from $1 as fillSQL's rows are, with payloads
+// of $4 bytes.
+const topicFillSQL = `
+INSERT INTO %[1]s (message_id, %[2]s, payload, created_at, visible_after)
+SELECT gen_random_uuid(), $3::text, p.payload, c.created_at, c.created_at
 FROM (SELECT now() - interval '30 days' + g * interval '1 millisecond' AS created_at
       FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) AS g) AS c,
      (SELECT convert_to(repeat('x', $4::integer), 'UTF8') AS payload) AS p`
@@ -202,6 +216,21 @@ func fill(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config, keys int
 	var pgErr *pgconn.PgError
 	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42501") {
 		return fmt.Errorf("bench: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// fillTopic adds cfg.TopicRows due rows of topic kindTopic behind every
+// row fill inserted (so that all of fill's due rows, of other topics, are
+// ahead of them), then vacuums and analyzes t.
+func fillTopic(ctx context.Context, pool *pgxpool.Pool, t table, cfg Config) error {
+	next := int64(cfg.TerminalRows + cfg.DeferredRows + cfg.ExpiredLeases + cfg.Messages)
+	stmt := fmt.Sprintf(topicFillSQL, pgx.Identifier{t.name}.Sanitize(), pgx.Identifier{t.topic}.Sanitize())
+	if _, err := pool.Exec(ctx, stmt, next, cfg.TopicRows, kindTopic, cfg.PayloadBytes); err != nil {
+		return fmt.Errorf("bench: fill topic rows: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{t.name}.Sanitize()); err != nil {
+		return fmt.Errorf("bench: vacuum: %w", err)
 	}
 	return nil
 }

@@ -84,6 +84,7 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.BoolVar(&cfg.TwoRoundTrips, "two-round-trips", false, "claim and complete with separate calls instead of one CompleteAndClaim per batch")
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")
+	fs.IntVar(&cfg.TopicRows, "topic-rows", 0, "with --fill-only: add this many due rows of topic bench-topic behind the fill and measure a claim scoped to that topic beside the unscoped one")
 	fs.BoolVar(&cfg.SkipRaw, "no-raw", false, "skip the pgbench baseline")
 	fs.IntVar(&cfg.OrderingKeys, "ordering-keys", 0, "compare, in each round, the unkeyed drain with a drain of as many messages over this many ordering keys (no pgbench baseline, no samples)")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "API and pgbench drain pairs to run alternately, each drain on a fresh fill; the ratio printed is their median (API drains only with --no-raw)")

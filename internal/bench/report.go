@@ -19,6 +19,11 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 	}
 	g := res.CleanGeneric
 	fmt.Fprintf(&b, "generic plan of the same claim: %d buffers, %.3f ms; seq scan %t, sort over eligible rows %t\n", g.Buffers, g.Ms, g.SeqScan, g.SortOverEligible)
+	if tc, tg := res.Topic, res.TopicGeneric; tc != nil && tg != nil {
+		fmt.Fprintf(&b, "claim of %d for one topic (%d due rows of it behind the %d of other topics): %d buffers (%.2fx the unscoped), %.3f ms, %d rows; generic plan %d buffers (%.2fx); seq scan %t, sort over eligible rows %t\n",
+			res.ExplainBatch, res.TopicRows, res.Messages, tc.Buffers, ratio(tc.Buffers, c.Buffers), tc.Ms, tc.Rows,
+			tg.Buffers, ratio(tg.Buffers, g.Buffers), tc.SeqScan || tg.SeqScan, tc.SortOverEligible || tg.SortOverEligible)
+	}
 	if res.Sampled != nil {
 		fmt.Fprintf(&b, "drain with claim-cost samples (they pause its workers, so it is not compared with pgbench)\n")
 		writeDrain(&b, res, res.Sampled)
@@ -96,4 +101,12 @@ func writeDrain(b *strings.Builder, res Result, d *Drain) {
 	} else {
 		fmt.Fprintf(b, "; VERIFICATION FAILED: %s\n", d.Problem)
 	}
+}
+
+// ratio is a/b, 0 when b is 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }

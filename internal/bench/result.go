@@ -34,6 +34,13 @@ type Result struct {
 	// CleanGeneric is the same for the claim's generic plan (see
 	// explain.ClaimGeneric).
 	CleanGeneric ClaimCost `json:"clean_generic_claim"`
+	// TopicRows is Config.TopicRows; Topic and TopicGeneric are the plan
+	// costs, measured as Clean and CleanGeneric are, of the same claim
+	// scoped to their topic (leasing.ClaimRequest.Topics) with every due
+	// row of the fill, of other topics, ahead. Nil without TopicRows.
+	TopicRows    int        `json:"topic_rows,omitempty"`
+	Topic        *ClaimCost `json:"topic_claim,omitempty"`
+	TopicGeneric *ClaimCost `json:"topic_generic_claim,omitempty"`
 	// Sampled is the API drain the claim-cost samples (Steady) were taken
 	// in, when it ran on its own before the rounds: it does when the
 	// pgbench baseline runs, because the samples pause the drain's workers

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,33 @@ func TestBenchRun(t *testing.T) {
 			require.Positive(t, res.APIVsRaw)
 		})
 	}
+}
+
+// TestBenchTopicClaim measures, with --fill-only, the claim scoped to one
+// topic behind due rows of another beside the unscoped claim: it takes the
+// fewer rows of that topic than its batch (so none of the others), through
+// the topic index, sorting no eligible row.
+func TestBenchTopicClaim(t *testing.T) {
+	t.Parallel()
+	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			res, err := bench.Run(t.Context(), bench.Config{
+				AdminURL: dbtest.URL(t), Queue: q, Messages: 2_000, TopicRows: 4, SkipDrain: true,
+			}, &out)
+			require.NoError(t, err, out.String())
+			t.Log(out.String())
+			require.NotNil(t, res.Topic)
+			require.NotNil(t, res.TopicGeneric)
+			require.Equal(t, 10, res.Clean.Rows)
+			require.Equal(t, 4, res.Topic.Rows)
+			require.Equal(t, 4, res.TopicGeneric.Rows)
+			require.False(t, res.Topic.SeqScan || res.Topic.SortOverEligible, res.Topic.Plan)
+			require.Contains(t, strings.Join(res.Topic.Plan, "\n"), q.Table()+"_topic_ready_idx")
+			require.Contains(t, out.String(), "claim of 10 for one topic (4 due rows of it behind the 2000 of other topics)")
+		})
+	}
+	_, err := bench.Run(t.Context(), bench.Config{AdminURL: "-", Queue: leasing.Inbox, TopicRows: 5}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "--fill-only")
 }

@@ -46,9 +46,12 @@ func checkBacklog(ctx context.Context, store *leasing.Postgres, q leasing.Queue,
 		qr.RetainedDeadSeconds = kept.Now.Sub(*kept.OldestDeadLettered).Seconds()
 	}
 
-	if qr.Overdue {
+	switch {
+	case qr.Overdue && qr.wholeQueuePaused() != nil: // paused on purpose: warnPausedBacklog says so
+	case qr.Overdue:
 		n.problem(msgOverdue, opts.MaxOldestDue, round(stats.OldestDueAge))
 	}
+	warnPausedBacklog(q, qr, n)
 	if qr.ExpiredLeases > 0 {
 		n.warn(msgExpired, plural.Count(qr.ExpiredLeases, msgExpiredOne, msgExpiredMany))
 	}

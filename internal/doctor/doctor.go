@@ -1,7 +1,7 @@
 // Package doctor checks the health of the leasestore queues on a database:
 // the migrations this version needs and the indexes a claim needs (the
 // list leasing.CheckSchema checks, from db.Requirements), the plan and cost of a real claim (run under
-// EXPLAIN ANALYZE and rolled back), lease and backlog health, dead rows and
+// EXPLAIN ANALYZE and rolled back), the pauses in place, lease and backlog health, dead rows and
 // autovacuum of the queue tables and their ordering keys' tables, the
 // connected role's rights to VACUUM them and to read the work signal's
 // sequence, sessions that hold back VACUUM, and an inbox on asynchronous

@@ -60,6 +60,13 @@ const (
 	msgWaitingMany = "messages of the queue wait"
 )
 
+// Pauses: the read error; who paused the whole queue, when (RFC 3339),
+// the oldest due message's age, the queue.
+const (
+	msgPausesUnreadable = "this role may not read the pauses (leasestore_paused): %v; pauses in place are not shown"
+	msgQueuePausedDue   = "the whole queue is paused (by %s at %s) while messages are due (the oldest due one was created %s ago): no processor claims them until leasectl resume --queue %s"
+)
+
 // Why a head holds its key, from its state.
 const (
 	msgHeadUnreadable     = "a dead-lettered head, under strict ordering or parked by the claim (its row could not be read: %s)"

@@ -12,14 +12,14 @@ import (
 
 // checkQueue runs the checks of one queue, in report order: its tables'
 // vacuum rights, the work signal, the indexes, the processors' privileges,
-// then (when they allow it) the backlog and the claim, and last the
+// then (when they allow it) the pauses, the backlog and the claim, and last the
 // tables' dead rows and storage options. A queue whose table is missing
 // gets that one problem.
 func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts Options, schemaBehind bool) (QueueReport, error) {
 	t := q.Table()
 	qr := QueueReport{
 		Queue: string(q), Table: t, Indexes: []IndexState{}, ClaimPlan: []string{}, ClaimIndexes: []string{},
-		Depth: map[string]int64{}, TableState: TableState{StorageOptions: []string{}}, Problems: []string{}, Warnings: []string{},
+		Paused: []PauseState{}, Depth: map[string]int64{}, TableState: TableState{StorageOptions: []string{}}, Problems: []string{}, Warnings: []string{},
 	}
 	n := notes{&qr.Problems, &qr.Warnings}
 
@@ -55,6 +55,9 @@ func checkQueue(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, opts O
 		return qr, fmt.Errorf("doctor: %s privileges: %w", t, err)
 	}
 	if allowed {
+		if err := checkPauses(ctx, store, schemaBehind, &qr, n); err != nil {
+			return qr, err
+		}
 		err := checkBacklog(ctx, store, q, opts, schemaBehind, &qr, n)
 		switch {
 		case errors.Is(err, leasing.ErrPermissionDenied): // privileges not checked: the schema is behind

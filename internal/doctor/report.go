@@ -114,6 +114,11 @@ type QueueReport struct {
 	// stored. RetainedDeadSeconds is the same for dead letters.
 	RetainedSeconds     float64 `json:"retained_seconds"`
 	RetainedDeadSeconds float64 `json:"retained_dead_seconds"`
+	// Paused lists the pauses in place (leasectl pause), the whole-queue
+	// pause (Topic "") first; empty when none (or before migration 00015).
+	// A pause is not a problem; a whole-queue pause while messages are due
+	// is a warning, and then an overdue message is not a problem.
+	Paused []PauseState `json:"paused"`
 	// Depth is the number of rows per status.
 	Depth map[string]int64 `json:"depth"`
 	// TableState is the queue table's dead rows, vacuum and storage

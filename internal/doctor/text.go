@@ -57,6 +57,13 @@ func WriteText(w io.Writer, rep Report) error {
 		// do with the rows, so they are printed even when the checks above
 		// were skipped; not for a table that does not exist (its report
 		// lists no index).
+		for _, p := range q.Paused {
+			what := "whole queue"
+			if p.Topic != "" {
+				what = fmt.Sprintf("topic %q", p.Topic)
+			}
+			fmt.Fprintf(&b, "  paused: %s by %s at %s\n", what, p.By, p.At.Format(time.RFC3339))
+		}
 		if len(q.Indexes) > 0 {
 			fmt.Fprintf(&b, "  dead tuples %d (live %d), last autovacuum %s, last vacuum %s, this role may vacuum %t\n",
 				q.DeadTuples, q.LiveTuples, ago(q.LastAutovacuum), ago(q.LastVacuum), q.MayVacuum)
