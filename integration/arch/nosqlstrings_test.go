@@ -54,6 +54,7 @@ var sqlStringAllowlist = []struct{ file, fn, reason string }{
 	{"internal/pgbatch/pgbatch.go", "Query", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
 	{"internal/pgbatch/pgbatch.go", "QueryRow", "Recorder queues the sqlc-generated statement and arguments a gen method passes it, unchanged, for one pgx.Batch"},
 	{"internal/bench/database.go", "fill", "benchmark fixture: table and column names from the fixed two-table list, quoted with pgx.Identifier; values are parameters; VACUUM takes no parameters"},
+	{"internal/bench/database.go", "fillTopic", "benchmark fixture: table and topic column names from the fixed two-table list, quoted with pgx.Identifier; values are parameters; VACUUM takes no parameters"},
 	{"internal/bench/database.go", "truncate", "TRUNCATE of one of the two fixed tables and its key table, quoted with pgx.Identifier"},
 	{"internal/bench/database.go", "outOfOrder", "benchmark check: table and column names from the fixed two-table list, quoted with pgx.Identifier"},
 	{"internal/bench/database.go", "verify", "benchmark check: table name from the fixed two-table list, quoted with pgx.Identifier"},
