@@ -63,9 +63,11 @@ func testE2EDisjointClaims(t *testing.T, q leasing.Queue) {
 			time.Sleep(time.Millisecond)
 			return nil
 		}
+		// Four slots each (with 64, the default, one processor may claim
+		// all 100 before the other's first claim commits).
 		procs := []*e2eProc{
-			b.newProc(t, "a", slow, processor.Options{BatchSize: 10}),
-			b.newProc(t, "b", slow, processor.Options{BatchSize: 10}),
+			b.newProc(t, "a", slow, processor.Options{BatchSize: 10, Concurrency: 4}),
+			b.newProc(t, "b", slow, processor.Options{BatchSize: 10, Concurrency: 4}),
 		}
 		// Warm both pools so that neither starts late on a new connection,
 		// then start both at the same moment.
