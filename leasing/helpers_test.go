@@ -1,6 +1,12 @@
 package leasing_test
 
-import "github.com/leasestore/leasestore/internal/dbtest"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/internal/dbtest"
+)
 
 // The shared helpers of internal/dbtest under the names the tests use.
 var (
@@ -27,3 +33,19 @@ var (
 
 // pick returns short in the always-on form and long under -stress.
 func pick[T any](short, long T) T { return dbtest.Pick(short, long) }
+
+// revokeMaintain takes back, on the database of url only, the MAINTAIN
+// that db/roles.sql grants leasestore_processor on PostgreSQL 17 and
+// later, for the tests of a role that may not VACUUM; before 17 the
+// processor role has no vacuum right to take back.
+func revokeMaintain(t *testing.T, url string) {
+	t.Helper()
+	_, err := dbtest.AdminConn(t, url).Exec(t.Context(), `DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE 'REVOKE MAINTAIN ON inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys FROM leasestore_processor';
+    END IF;
+END
+$$`)
+	require.NoError(t, err)
+}

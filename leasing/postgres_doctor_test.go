@@ -162,6 +162,7 @@ func TestDoctor(t *testing.T) {
 		ctx := t.Context()
 		url := dbtest.DatabaseURL(t)
 		applyRoles(t, url)
+		revokeMaintain(t, url)
 		pool := newPool(t, asUser(t, url, loginRole(t, url, "leasestore_processor")), "leasestore-doctor-role", 2)
 		rep, err := doctor.Check(ctx, pool, doctor.Options{Queues: []leasing.Queue{leasing.Outbox}})
 		require.NoError(t, err)
@@ -177,6 +178,7 @@ func TestDoctor(t *testing.T) {
 		ctx := t.Context()
 		url := dbtest.DatabaseURL(t)
 		applyRoles(t, url)
+		revokeMaintain(t, url)
 		// The role owns the queue's table, not its keys' table: the
 		// vacuum policy, which needs both, vacuums neither.
 		owner := tableOwner(t, url, "leasestore_processor", leasing.Inbox.Table())

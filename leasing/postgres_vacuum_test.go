@@ -115,6 +115,7 @@ func TestVacuumIfDead(t *testing.T) {
 
 	// A user who may not VACUUM the table is told so, and nothing runs.
 	applyRoles(t, url)
+	revokeMaintain(t, url)
 	processorRole := loginRole(t, url, "leasestore_processor")
 	roleStore := openStore(t, asUser(t, url, processorRole), leasing.Inbox, leasing.PostgresOptions{})
 	_, err = roleStore.VacuumIfDead(ctx, 1)
