@@ -238,15 +238,34 @@ func TestInstanceLockLost(t *testing.T) {
 	go func() { errc <- p.Run(context.Background()) }()
 	require.Eventually(t, func() bool { return p.Health().Ready }, 10*time.Second, 5*time.Millisecond)
 
+	// The thief queues for the identity's advisory lock (the name
+	// LockInstance hashes) before the holder's session ends, so that it
+	// takes the lock ahead of the processor's own retry: a waiting
+	// request goes before later try-locks.
 	ctx := t.Context()
-	_, err = pg.Pool().Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+	thief, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	require.NoError(t, err)
-	var thief *leasing.InstanceLock
+	defer func() { require.NoError(t, thief.Close(context.WithoutCancel(ctx))) }()
+	locked := make(chan error, 1)
+	go func() {
+		_, err := thief.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('leasestore:instance:inbox:inbox@pod-0', 0))")
+		locked <- err
+	}()
 	require.Eventually(t, func() bool {
-		thief, err = leasing.LockInstance(ctx, cfg, leasing.Inbox, "inbox@pod-0")
-		return err == nil
-	}, 10*time.Second, time.Millisecond, "the terminated session's lock is free")
-	defer func() { require.NoError(t, thief.Close(ctx)) }()
+		var waiting bool
+		err := pg.Pool().QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = $1)",
+			thief.PgConn().PID()).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the thief waits for the identity")
+	var terminated bool
+	require.NoError(t, pg.Pool().QueryRow(ctx, "SELECT bool_and(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&terminated))
+	require.True(t, terminated)
+	select {
+	case err := <-locked:
+		require.NoError(t, err, "the thief took the identity when its holder's session ended")
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the terminated session's lock stayed held")
+	}
 
 	var runErr error
 	select {
