@@ -71,3 +71,35 @@ func TestExplainClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), leases[0].Generation, "rolled-back claims leave the generation alone")
 }
+
+// TestClaimNeverJIT: the store's claims run without JIT whatever the
+// server's jit settings. Here every plan would be compiled (jit_above_cost
+// = 0): the claim explained with the session's settings is, the generic
+// claim with the store's settings (gen.UseHotPathSettings) is not. JIT
+// compiled about 120 functions for every generic claim, some 40 ms each,
+// once a table's size put the plan's estimate above the default 100,000.
+func TestClaimNeverJIT(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(dbtest.DatabaseURL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["jit"] = "on"
+	cfg.ConnConfig.RuntimeParams["jit_above_cost"] = "0"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var available bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_jit_available()").Scan(&available))
+	if !available {
+		t.Skip("this server has no JIT")
+	}
+	benchFill(t, pool, 1_000, 0)
+
+	p, err := explain.Claim(ctx, pool, leasing.Inbox, 10, explain.Options{})
+	require.NoError(t, err)
+	require.True(t, p.JIT, "with jit_above_cost = 0 the session's settings compile the claim")
+	p, err = explain.ClaimGeneric(ctx, pool, leasing.Inbox, 10, explain.Options{})
+	require.NoError(t, err)
+	require.Equal(t, 10, p.Rows)
+	require.False(t, p.JIT, "the store's claim settings turn JIT off")
+}

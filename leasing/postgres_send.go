@@ -198,7 +198,7 @@ func (s *Postgres) sendCounted(ctx context.Context, db pgbatch.Sender, class cal
 	settings := step(bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout}))
 	switch class {
 	case hotPath:
-		settings = bind(noRows(g.UseGenericPlansAndLockTimeout), gen.UseGenericPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+		settings = bind(noRows(g.UseHotPathSettings), gen.UseHotPathSettingsParams{LockTimeout: s.lockTimeout})
 	case listing:
 		settings = bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}

@@ -104,8 +104,8 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize i
 
 // ClaimGeneric is Claim with the generic plan: the plan PostgreSQL reuses
 // for a prepared claim without looking at its parameter values, and the
-// plan leasing.Postgres.Claim and CompleteAndClaim run on (they set
-// plan_cache_mode = force_generic_plan for their own transaction). It
+// plan leasing.Postgres.Claim and CompleteAndClaim run on, with their
+// settings (gen.UseHotPathSettings: a forced generic plan, no JIT). It
 // prepares the claim as leasestore_explain_claim on one connection and
 // deallocates it before returning.
 //
@@ -113,6 +113,10 @@ func Claim(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize i
 func ClaimGeneric(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batchSize int, opts Options) (ClaimPlan, error) {
 	return explainClaim(ctx, pool, q, batchSize, opts, true)
 }
+
+// explainLockTimeout is the lock_timeout of an explained generic claim:
+// leasing.DefaultLockTimeout.
+const explainLockTimeout = "5000ms"
 
 // explainPrepared names the prepared claim ClaimGeneric explains.
 const explainPrepared = "leasestore_explain_claim"
@@ -204,7 +208,8 @@ func explainRolledBack(ctx context.Context, conn *pgx.Conn, stmt pgbatch.Stateme
 		err = tx.QueryRow(ctx, explainPrefix+stmt.SQL, stmt.Args...).Scan(&raw)
 		return raw, err
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+	// The store's own settings for its claims: the generic plan, no JIT.
+	if err := gen.New().UseHotPathSettings(ctx, tx, gen.UseHotPathSettingsParams{LockTimeout: explainLockTimeout}); err != nil {
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, explainGenericArgsSQL, now, int32(r.BatchSize), r.Topics); err != nil {
