@@ -80,7 +80,7 @@ func (r *run) loop(ctx context.Context) {
 			return
 		default:
 		}
-		if due && r.running+len(r.waiting) < p.opts.Concurrency {
+		if due && r.claimWanted() {
 			var found int
 			sent := time.Now()
 			due, found = r.claim()
@@ -120,6 +120,26 @@ func (r *run) loop(ctx context.Context) {
 			poll.Reset(time.Until(r.sched.next()))
 		}
 	}
+}
+
+// claimWanted reports whether the loop claims now, backlog permitting: a
+// slot is free and no lease waits for one, or (New) fewer leases wait than
+// claimAhead, so that the workers have leases to start while the claim
+// commits. A New processor so holds at most Concurrency + claimAhead - 1 +
+// BatchSize leases; a NewBatch one claims only with a slot free, so that
+// a call's leases are one claim's.
+func (r *run) claimWanted() bool {
+	if len(r.waiting) == 0 && r.running < r.p.opts.Concurrency {
+		return true
+	}
+	return r.p.batch == nil && len(r.waiting) < r.claimAhead()
+}
+
+// claimAhead is how few waiting leases make the loop claim with every slot
+// busy: half a batch, or half the slots when they are fewer (none with one
+// slot, which so claims only once its handler has returned).
+func (r *run) claimAhead() int {
+	return min(r.p.opts.BatchSize, r.p.opts.Concurrency) / 2
 }
 
 // Poll backoff with a WorkSignal: the insert trigger notifies at most about
