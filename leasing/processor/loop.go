@@ -84,6 +84,7 @@ func (r *run) loop(ctx context.Context) {
 			var found int
 			sent := time.Now()
 			due, found = r.claim()
+			r.w.setDraining(due)
 			wait := p.opts.PollInterval
 			switch {
 			case found < 0: // failed: wait PollInterval, then back off anew
@@ -190,13 +191,13 @@ func (r *run) claim() (full bool, found int) {
 	}
 	claim, probes := plan.requests(p.claimRequest)
 	if claim != nil {
-		if found = r.claimOnce(*claim); found < 0 {
+		if found = r.claimOnce(*claim, true); found < 0 {
 			return false, -1
 		}
 		full = found >= claim.BatchSize
 	}
 	for _, probe := range probes { // one message each
-		n := r.claimOnce(probe)
+		n := r.claimOnce(probe, false)
 		if n < 0 {
 			return false, -1
 		}
@@ -205,14 +206,27 @@ func (r *run) claim() (full bool, found int) {
 	return full, found
 }
 
-// claimOnce sends one claim of req and queues its leases for dispatch. It
-// returns how many messages it took (leased or parked), -1 when it failed.
-func (r *run) claimOnce(req leasing.ClaimRequest) int {
+// claimOnce sends one claim of req and queues its leases for dispatch;
+// with merge, the completions the writer holds go with it. It returns how
+// many messages it took (leased or parked), -1 when it failed.
+func (r *run) claimOnce(req leasing.ClaimRequest, merge bool) int {
 	p := r.p
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
-	leases, err := p.store.Claim(ctx, req)
+	var done []pendingWrite
+	if merge && r.w.merge {
+		done = r.w.takeHeld()
+	}
+	var (
+		leases []leasing.Lease
+		err    error
+	)
+	if len(done) > 0 {
+		leases, err = r.completeAndClaim(ctx, done, req)
+	} else {
+		leases, err = p.store.Claim(ctx, req)
+	}
 	pe := (*leasing.ParkedError)(nil)
 	if errors.As(err, &pe) {
 		err = nil // the claim dead-lettered rows it could not lease; its leases are good
@@ -233,6 +247,39 @@ func (r *run) claimOnce(req leasing.ClaimRequest) int {
 	}
 	r.waiting = append(r.waiting, r.book.track(base, leases, sent)...)
 	return found
+}
+
+// completeAndClaim sends the completions done with the claim req in one
+// call (CompleteClaimer) and records their write as the writer records
+// its own. When the call fails, done goes back to the writer, which writes
+// it again: a completion that did commit then reports already applied.
+// It returns the claim's leases and error.
+func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+	cc := r.p.store.(CompleteClaimer) // writer.merge checked it
+	leases := make([]leasing.Lease, len(done))
+	for i, pw := range done {
+		leases[i] = pw.failure.Lease
+	}
+	var (
+		claimed  []leasing.Lease
+		claimErr error
+	)
+	span, call := r.p.ev.writeStarted(writeComplete, done, func(ctx context.Context) (leasing.WriteResult, error) {
+		res, ls, err := cc.CompleteAndClaim(ctx, leases, req)
+		claimed, claimErr = ls, err
+		if pe := (*leasing.ParkedError)(nil); errors.As(err, &pe) {
+			return res, nil // the completions were written; the claim parked rows
+		}
+		return res, err
+	})
+	res, err := call(ctx)
+	if err != nil {
+		r.p.ev.writeSplit(span, err)
+		r.w.resubmit(done)
+		return nil, claimErr
+	}
+	r.w.recorded(span, writeComplete, done, res, nil)
+	return claimed, claimErr
 }
 
 // releaseHeld releases, once a breaker has opened, the waiting leases

@@ -71,6 +71,18 @@ type Options struct {
 	// running at once (each of up to BatchSize leases for NewBatch),
 	// 1..MaxConcurrency. Defaults to 64.
 	Concurrency int
+	// MergeCompletions sends, while the processor drains a backlog (its
+	// last claim took a full batch), the completions of unkeyed messages
+	// with its next claim: one call and one commit for both, on a
+	// CompleteClaimer store (leasing.Postgres, leasing.Memory; ignored on
+	// others). A completion waits at most 50 ms for a claim. It saves the
+	// database a transaction per batch: worth it where several processors
+	// share a busy database (4 processors x 100 slots with a 1 ms handler
+	// drained 5-14% faster with it, about as fast with a no-op one); a lone
+	// processor drained 10-25% slower, as its claim loop then writes what
+	// its writer would write meanwhile on a connection of its own
+	// (docs/notes/2026-12-04-processor-speed.md). Default false.
+	MergeCompletions bool
 	// PollInterval is the longest wait between two claims while slots are
 	// free and the last claim found too few due messages, > 0. With a
 	// WorkSignal it is the ceiling: the processor claims again 2, 4, ...

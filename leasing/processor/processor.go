@@ -119,6 +119,22 @@ type PrivilegeChecker interface {
 
 var _ PrivilegeChecker = (*leasing.Postgres)(nil)
 
+// CompleteClaimer is a store that completes leases and claims the next
+// batch in one transaction (*leasing.Postgres, *leasing.Memory). With
+// Options.MergeCompletions, while a processor drains a backlog, the
+// unkeyed completions its handlers return ride with its next claim: one
+// commit where two would be, held at most 50 ms for it.
+type CompleteClaimer interface {
+	// CompleteAndClaim completes done as Complete does and then claims r
+	// as Claim does; see leasing.Postgres.CompleteAndClaim.
+	CompleteAndClaim(ctx context.Context, done []leasing.Lease, r leasing.ClaimRequest) (leasing.WriteResult, []leasing.Lease, error)
+}
+
+var (
+	_ CompleteClaimer = (*leasing.Postgres)(nil)
+	_ CompleteClaimer = (*leasing.Memory)(nil)
+)
+
 // New returns a processor that claims from store and passes each message
 // to handler. Call Run to start it.
 //

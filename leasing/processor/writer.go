@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -42,8 +44,12 @@ type pendingWrite struct {
 }
 
 // writer writes outcomes in batches: each write takes everything queued
-// while the previous one ran. mu is its own: it guards takes, queue and
-// closed.
+// while the previous one ran. With Options.MergeCompletions on a
+// CompleteClaimer store, unkeyed completions are held for the claim loop to send with its next claim
+// (one transaction for both) while the loop is draining a backlog; the
+// writer writes them itself once mergeHold has passed, once the loop stops
+// draining or once 2 x BatchSize are held. mu is its own: it guards takes,
+// queue, held, heldSince, draining and closed.
 type writer struct {
 	p    *Processor
 	book *book
@@ -56,13 +62,21 @@ type writer struct {
 	// its slot until the writer has taken them.
 	limit int
 
-	mu     sync.Mutex
-	taken  sync.Cond      // on mu: the writer took the queue (takes grew)
-	takes  uint64         // times the writer took the queue
-	queue  []pendingWrite // submitted, not yet taken, in submit order
-	closed bool
-	ready  chan struct{} // capacity 1: queue or closed changed since the writer last looked
-	done   chan struct{} // closed when run returns
+	// merge is whether unkeyed completions are held for the claim loop;
+	// heldMax is how many may be held before the writer writes them.
+	merge   bool
+	heldMax int
+
+	mu        sync.Mutex
+	taken     sync.Cond      // on mu: the writer or the loop took outcomes (takes grew)
+	takes     uint64         // times the writer or the loop took outcomes
+	queue     []pendingWrite // submitted, not yet taken, in submit order, but held ones
+	held      []pendingWrite // unkeyed completions held for the next claim
+	heldSince time.Time      // when the oldest of held was submitted
+	draining  bool           // the loop claims again soon: keep holding
+	closed    bool
+	ready     chan struct{} // capacity 1: queue or closed changed since the writer last looked
+	done      chan struct{} // closed when run returns
 }
 
 // outcomesWaitingPerSlot is how many outcomes per worker slot may wait for
@@ -72,20 +86,42 @@ type writer struct {
 // docs/notes/2026-12-03-processor-measurements.md.
 const outcomesWaitingPerSlot = 8
 
+// mergeHold is the longest an unkeyed completion is held for the claim
+// loop's next claim (writer.held): at most one claim interval of a busy
+// processor. Measurements: docs/notes/2026-12-04-processor-speed.md.
+const mergeHold = 50 * time.Millisecond
+
 // newWriter returns the writer of p's run over book; limit is how many
 // outcomes may wait (see writer.limit). Call run to start it.
 func newWriter(p *Processor, book *book, base context.Context, limit int) *writer {
-	w := &writer{p: p, book: book, base: base, limit: limit, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	_, merge := p.store.(CompleteClaimer)
+	merge = merge && p.opts.MergeCompletions
+	w := &writer{
+		p: p, book: book, base: base, limit: limit, merge: merge,
+		heldMax: min(2*p.opts.BatchSize, leasing.MaxBatchSize),
+		ready:   make(chan struct{}, 1), done: make(chan struct{}),
+	}
 	w.taken.L = &w.mu
 	return w
 }
 
-// submit queues outcomes for the next write. When limit or more were
-// already waiting it returns only once the writer has taken them.
+// submit queues outcomes for the next write, holding unkeyed completions
+// for the claim loop when the writer merges. When limit or more were
+// already waiting it returns only once the writer or the loop has taken
+// some.
 func (w *writer) submit(pws ...pendingWrite) {
 	w.mu.Lock()
-	full := len(w.queue) >= w.limit
-	w.queue = append(w.queue, pws...)
+	full := len(w.queue)+len(w.held) >= w.limit
+	for _, pw := range pws {
+		if w.merge && pw.kind == writeComplete && pw.failure.Lease.Message.OrderingKey == "" {
+			if len(w.held) == 0 {
+				w.heldSince = time.Now()
+			}
+			w.held = append(w.held, pw)
+		} else {
+			w.queue = append(w.queue, pw)
+		}
+	}
 	takes := w.takes
 	w.mu.Unlock()
 	w.wake()
@@ -97,6 +133,44 @@ func (w *writer) submit(pws ...pendingWrite) {
 		w.taken.Wait()
 	}
 	w.mu.Unlock()
+}
+
+// resubmit queues outcomes the loop took and could not write, for the
+// writer to write (and retry) at once.
+func (w *writer) resubmit(pws []pendingWrite) {
+	w.mu.Lock()
+	w.queue = append(w.queue, pws...)
+	w.mu.Unlock()
+	w.wake()
+}
+
+// takeHeld returns up to leasing.MaxBatchSize held completions, for the
+// claim loop to send with its claim.
+func (w *writer) takeHeld() []pendingWrite {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := min(len(w.held), leasing.MaxBatchSize)
+	if n == 0 {
+		return nil
+	}
+	g := make([]pendingWrite, n)
+	copy(g, w.held)
+	w.held = append(w.held[:0], w.held[n:]...)
+	w.takes++
+	w.taken.Broadcast()
+	return g
+}
+
+// setDraining records whether the claim loop will claim again soon; when
+// it will not, the writer writes what it holds.
+func (w *writer) setDraining(draining bool) {
+	w.mu.Lock()
+	changed := w.draining != draining
+	w.draining = draining
+	w.mu.Unlock()
+	if changed && !draining {
+		w.wake()
+	}
 }
 
 func (w *writer) wake() {
@@ -120,21 +194,40 @@ func (w *writer) close() {
 func (w *writer) run() {
 	defer close(w.done)
 	var spare []pendingWrite
+	hold := time.NewTimer(mergeHold)
+	defer hold.Stop()
 	for {
 		w.mu.Lock()
 		batch, closed := w.queue, w.closed
 		w.queue = spare[:0]
+		holdFor := time.Duration(0) // how long the held completions may wait yet
+		if len(w.held) > 0 {
+			holdFor = mergeHold - time.Since(w.heldSince)
+			if closed || !w.draining || holdFor <= 0 || len(w.held) >= w.heldMax {
+				batch = append(batch, w.held...)
+				clear(w.held)
+				w.held = w.held[:0]
+				holdFor = 0
+			}
+		}
 		if len(batch) > 0 {
 			w.takes++
 			w.taken.Broadcast()
 		}
 		w.mu.Unlock()
-		if len(batch) > 0 {
+		switch {
+		case len(batch) > 0:
 			w.write(batch)
 			clear(batch) // drop the leases for the garbage collector
-		} else if closed {
+		case closed:
 			return
-		} else {
+		case holdFor > 0:
+			hold.Reset(holdFor)
+			select {
+			case <-w.ready:
+			case <-hold.C:
+			}
+		default:
 			<-w.ready
 		}
 		spare = batch
@@ -222,6 +315,16 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		p.ev.writeSplit(span, err)
 		return false
 	}
+	w.recorded(span, kind, g, res, err)
+	return true
+}
+
+// recorded records the write of g, outcomes of kind, that reported res or
+// was given up with err (in span): the leases are no longer held, the
+// outcomes are counted and logged, a refused privilege stops the
+// processor, and dueSoon hears of retries and freed keys.
+func (w *writer) recorded(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
+	p := w.p
 	p.noteWrite() // also after an error: the write may have committed
 	w.book.untrack(g, err != nil)
 	p.ev.written(span, kind, g, res, err)
@@ -233,7 +336,6 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	case err == nil && (kind == writeComplete || kind == writeDeadLetter):
 		w.keysFreed(g, res)
 	}
-	return true
 }
 
 // retriesDue calls dueSoon with the retry delay of each failure of g that

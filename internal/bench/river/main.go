@@ -61,20 +61,29 @@ type config struct {
 }
 
 // shape is one Processor variant: processors sharing one pool, each with
-// concurrency worker slots and claims of batch.
+// concurrency worker slots and claims of batch, with
+// Options.MergeCompletions when merge.
 type shape struct {
 	processors, concurrency, batch int
+	merge                          bool
 }
 
 func (s shape) String() string {
-	return fmt.Sprintf("processor %dx%dx%d", s.processors, s.concurrency, s.batch)
+	name := fmt.Sprintf("processor %dx%dx%d", s.processors, s.concurrency, s.batch)
+	if s.merge {
+		name += "m"
+	}
+	return name
 }
 
-// parseShapes parses "PxCxB,..." into shapes.
+// parseShapes parses "PxCxB,..." into shapes; a trailing m (4x100x100m)
+// sets MergeCompletions.
 func parseShapes(v string) ([]shape, error) {
 	var out []shape
 	for _, part := range strings.Split(v, ",") {
-		f := strings.Split(strings.TrimSpace(part), "x")
+		part = strings.TrimSpace(part)
+		merge := strings.HasSuffix(part, "m")
+		f := strings.Split(strings.TrimSuffix(part, "m"), "x")
 		if len(f) != 3 {
 			return nil, fmt.Errorf("processor variant %q: want processors x concurrency x batch, e.g. 4x100x100", part)
 		}
@@ -86,7 +95,7 @@ func parseShapes(v string) ([]shape, error) {
 			}
 			n[i] = v
 		}
-		out = append(out, shape{n[0], n[1], n[2]})
+		out = append(out, shape{n[0], n[1], n[2], merge})
 	}
 	return out, nil
 }
@@ -110,7 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs.DurationVar(&cfg.work, "work", 0, "time every job and handler call sleeps (0: returns at once)")
 	fs.IntVar(&cfg.riverWorkers, "river-workers", 2_000, "River's MaxWorkers (riverbench uses 2,000)")
 	fs.IntVar(&cfg.conns, "conns", 0, "connections per pool (0: pgxpool's default)")
-	fs.StringVar(&shapes, "processors", "4x100x100,1x2000x100", "Processor variants, processors x concurrency x batch, comma separated")
+	fs.StringVar(&shapes, "processors", "4x100x100,1x2000x100", "Processor variants, processors x concurrency x batch, comma separated; a trailing m sets MergeCompletions")
 	fs.DurationVar(&cfg.timeout, "drain-timeout", 10*time.Minute, "the longest one drain may take")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -342,7 +351,7 @@ func drainProcessors(ctx context.Context, pool *pgxpool.Pool, cfg config, s shap
 			return 0, err
 		}
 		procs[i], err = processor.New(store, handler, processor.Options{
-			BatchSize: s.batch, Concurrency: s.concurrency, PollInterval: 10 * time.Millisecond,
+			BatchSize: s.batch, Concurrency: s.concurrency, PollInterval: 10 * time.Millisecond, MergeCompletions: s.merge,
 			OnError: func(err error) {
 				errMu.Lock()
 				if first == nil {
