@@ -65,7 +65,8 @@ bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
 	cd cmd/leasectl && go run . bench --rounds 5
 
 bench-river: db-start ## Processor beside River's bench configuration, alternating rounds (internal/bench/river).
-	cd internal/bench/river && GOWORK=off go vet . && GOWORK=off go run . -rounds 3
+	cd internal/bench/river && GOWORK=off go vet . && GOWORK=off go run . -jobs 100000 -rounds 3 && \
+		GOWORK=off go run . -jobs 50000 -work 1ms -rounds 3
 
 lint: ## go vet, staticcheck (pinned in tools/go.mod) and gofmt, in every module.
 	$(call in_modules,go vet ./...)

@@ -12,7 +12,7 @@
 //
 //	cd internal/bench/river
 //	go run . -database 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' \
-//	    -jobs 200000 -rounds 3 -work 0 -processors 4x100x100,1x2000x100
+//	    -jobs 200000 -rounds 3 -work 0 -processors 4x100x100,4x100x100m,1x2000x1000
 //
 // -work 1ms makes every job and handler sleep 1 ms (a broker call).
 // Each drain starts from a table holding exactly -jobs due rows,
@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs.DurationVar(&cfg.work, "work", 0, "time every job and handler call sleeps (0: returns at once)")
 	fs.IntVar(&cfg.riverWorkers, "river-workers", 2_000, "River's MaxWorkers (riverbench uses 2,000)")
 	fs.IntVar(&cfg.conns, "conns", 0, "connections per pool (0: pgxpool's default)")
-	fs.StringVar(&shapes, "processors", "4x100x100,1x2000x100", "Processor variants, processors x concurrency x batch, comma separated; a trailing m sets MergeCompletions")
+	fs.StringVar(&shapes, "processors", "4x100x100,4x100x100m,1x2000x1000", "Processor variants, processors x concurrency x batch, comma separated; a trailing m sets MergeCompletions")
 	fs.DurationVar(&cfg.timeout, "drain-timeout", 10*time.Minute, "the longest one drain may take")
 	if err := fs.Parse(args); err != nil {
 		return err
