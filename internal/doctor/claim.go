@@ -27,7 +27,7 @@ func checkClaim(ctx context.Context, store *leasing.Postgres, q leasing.Queue, o
 	}
 	qr.ClaimPlan, qr.ClaimIndexes, qr.ClaimBatch = plan.Nodes, plan.Indexes, opts.BatchSize
 	qr.ClaimRows, qr.ClaimBuffers, qr.ClaimMs = plan.Rows, plan.Buffers, float64(plan.Duration.Microseconds())/1000
-	qr.SeqScan, qr.SortOverEligible, qr.TempBlocks, qr.JIT = plan.SeqScan, plan.SortOverEligible, plan.TempBlocks, plan.JIT
+	qr.SeqScan, qr.SortOverEligible, qr.TempBlocks = plan.SeqScan, plan.SortOverEligible, plan.TempBlocks
 	// On a small table a sequential scan or a sort is the planner's
 	// cheapest choice, not a fault; it switches as the table grows. The
 	// expiry probe reads one row at most, so a small table may answer it
@@ -58,15 +58,15 @@ func checkClaim(ctx context.Context, store *leasing.Postgres, q leasing.Queue, o
 	if plan.TempBlocks > 0 {
 		n.problem(msgClaimSpilled, plan.TempBlocks)
 	}
-	if plan.JIT {
-		n.problem(msgClaimJIT)
-	}
-
 	generic, err := explain.ClaimGeneric(ctx, store.Pool(), q, opts.BatchSize, explain.Options{})
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	qr.GenericClaimBuffers, qr.GenericSeqScan, qr.GenericSortOverEligible = generic.Buffers, generic.SeqScan, generic.SortOverEligible
+	qr.JIT = generic.JIT
+	if generic.JIT {
+		n.problem(msgClaimJIT)
+	}
 	if !small && (generic.SeqScan || generic.SortOverEligible) {
 		n.problem(msgGenericPlan, generic.Buffers, t)
 	}

@@ -89,7 +89,7 @@ const (
 	msgClaimSorts       = "the claim sorts every eligible row instead of reading them in index order: its cost grows with the backlog"
 	msgSmallTable       = "%s; harmless while the table holds %d rows"
 	msgClaimSpilled     = "the claim spilled %d blocks (8 KiB) to temporary files"
-	msgClaimJIT         = "PostgreSQL compiled the claim with JIT, which costs milliseconds per claim: raise jit_above_cost or set jit = off for the queue's role or database"
+	msgClaimJIT         = "PostgreSQL compiled the store's claim with JIT, which costs tens of milliseconds per claim, although the store turns JIT off for it: set jit = off for the queue's role or database, and report it"
 	msgGenericPlan      = "the claim's generic plan, the one leasing.Postgres runs every claim on, reads the whole table or sorts every eligible row (%d buffers): run ANALYZE %s, and report it if it stays"
 	msgClaimBuffers     = "a claim of %d touched %d shared buffers, more than %d: the table or its indexes carry dead entries at the FIFO head (see dead tuples and last autovacuum), or many due rows are locked by running claims"
 )

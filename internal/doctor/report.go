@@ -77,12 +77,15 @@ type QueueReport struct {
 	ClaimBuffers int64 `json:"claim_buffers"`
 	// ClaimMs is the claim's execution time in milliseconds.
 	ClaimMs float64 `json:"claim_ms"`
-	// SeqScan, SortOverEligible, TempBlocks and JIT are the plan warnings
-	// of explain.ClaimPlan.
+	// SeqScan, SortOverEligible and TempBlocks are the plan warnings of
+	// explain.ClaimPlan.
 	SeqScan          bool  `json:"seq_scan"`
 	SortOverEligible bool  `json:"sort_over_eligible"`
 	TempBlocks       int64 `json:"temp_blocks"`
-	JIT              bool  `json:"jit"`
+	// JIT is whether PostgreSQL compiled the generic claim, run with the
+	// store's settings, with JIT: never while the store turns JIT off for
+	// its claims, as it does.
+	JIT bool `json:"jit"`
 	// GenericClaimBuffers, GenericSeqScan and GenericSortOverEligible are the
 	// same for the claim's generic plan, which leasing.Postgres runs every
 	// claim on (see explain.ClaimGeneric).
