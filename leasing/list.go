@@ -132,7 +132,7 @@ func (r ListRequest) validate(q Queue) error {
 	}
 	if !r.After.IsZero() {
 		if _, err := q.ParseStatus(string(r.After.Status)); err != nil {
-			return argumentError("cursor", "status %q is not a %s status", r.After.Status, q)
+			return argumentError("cursor", "status %q is not a status of the %s queue", r.After.Status, q)
 		}
 		if r.Filter.Status != "" && r.After.Status != r.Filter.Status {
 			return argumentError("cursor", "is in status %s, but the filter keeps %s", r.After.Status, r.Filter.Status)

@@ -87,7 +87,7 @@ func (q Queue) ParseStatus(s string) (Status, error) {
 			return st, nil
 		}
 	}
-	return "", argumentError("status", "%q is not a %s status", s, q)
+	return "", argumentError("status", "%q is not a status of the %s queue", s, q)
 }
 
 // Terminal reports whether s is a final state (succeeded or dead_lettered).

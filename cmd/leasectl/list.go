@@ -59,7 +59,7 @@ func (f filterFlags) filter(q leasing.Queue) (leasing.ListFilter, error) {
 	if *f.status != "" {
 		st, err := q.ParseStatus(*f.status)
 		if err != nil {
-			return lf, usagef("--status %q is not a %s status: %s", *f.status, q, statusNames(q))
+			return lf, usagef("--status %q is not a status of the %s queue: %s", *f.status, q, statusNames(q))
 		}
 		lf.Status = st
 	}
@@ -210,7 +210,7 @@ func runBulk(ctx context.Context, c *cli, args []string) error {
 	}
 	noun := plural.Count(int(n), string(q)+" message", string(q)+" messages")
 	if *dryRun {
-		fmt.Fprintf(c.stdout, "%s match: %s would act on them (dry run, nothing changed)\n", noun, action)
+		fmt.Fprintf(c.stdout, "%s matched: %s would act on each (dry run, nothing changed)\n", noun, action)
 		return nil
 	}
 	if n == 0 {

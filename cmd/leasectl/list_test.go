@@ -94,7 +94,7 @@ func TestBulkCommand(t *testing.T) {
 	before := digest()
 
 	out := requireOK(t, "bulk", "dead-letter", "--queue", "inbox", "--type", "a", "--reason", "misrouted", "--dry-run", "--database-url", url)
-	require.Equal(t, "2 inbox messages match: dead-letter would act on them (dry run, nothing changed)\n", out)
+	require.Equal(t, "2 inbox messages matched: dead-letter would act on each (dry run, nothing changed)\n", out)
 	require.Equal(t, before, digest())
 
 	// Declined at the prompt: nothing changes, exit 1.
@@ -136,8 +136,8 @@ func TestListAndBulkBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"list"}, "--queue is required"},
-		{[]string{"list", "--queue", "inbox", "--status", "lost"}, `--status "lost" is not a inbox status: waiting, pending`},
-		{[]string{"list", "--queue", "outbox", "--status", "processing"}, "not a outbox status"},
+		{[]string{"list", "--queue", "inbox", "--status", "lost"}, `--status "lost" is not a status of the inbox queue: waiting, pending`},
+		{[]string{"list", "--queue", "outbox", "--status", "processing"}, "not a status of the outbox queue"},
 		{[]string{"list", "--queue", "inbox", "--after", "garbage"}, "--after \"garbage\" is not a cursor: want <status>.<unix microseconds>.<message id>"},
 		{[]string{"list", "--queue", "inbox", "--status", "pending", "--after", "failed.1." + uuid.NewString()}, "--after is in status failed, but the filter keeps pending"},
 		{[]string{"list", "--queue", "inbox", "--older-than", "7x"}, `"7x" is not a duration such as 90s, 15m, 36h, 7d or 1d12h`},
