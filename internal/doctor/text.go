@@ -33,8 +33,8 @@ func WriteText(w io.Writer, rep Report) error {
 		}
 		fmt.Fprintf(&b, "  indexes: %s\n", strings.Join(idx, ", "))
 		if len(q.ClaimPlan) > 0 {
-			fmt.Fprintf(&b, "  claim of %d: %d rows, %d buffers, %.3f ms; seq scan %t, sort over eligible %t, temp blocks %d, JIT %t; generic plan %d buffers\n",
-				q.ClaimBatch, q.ClaimRows, q.ClaimBuffers, q.ClaimMs, q.SeqScan, q.SortOverEligible, q.TempBlocks, q.JIT, q.GenericClaimBuffers)
+			fmt.Fprintf(&b, "  claim of %d: %d rows, %d buffers, %.3f ms; seq scan %t, sort over eligible %t, temp blocks %d; generic plan %d buffers, JIT %t\n",
+				q.ClaimBatch, q.ClaimRows, q.ClaimBuffers, q.ClaimMs, q.SeqScan, q.SortOverEligible, q.TempBlocks, q.GenericClaimBuffers, q.JIT)
 			if rep.ShowPlans {
 				for _, n := range q.ClaimPlan {
 					fmt.Fprintf(&b, "    %s\n", n)

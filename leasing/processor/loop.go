@@ -126,9 +126,9 @@ func (r *run) loop(ctx context.Context) {
 // claimWanted reports whether the loop claims now, backlog permitting: a
 // slot is free and no lease waits for one, or (New) fewer leases wait than
 // claimAhead, so that the workers have leases to start while the claim
-// commits. A New processor so holds at most Concurrency + claimAhead - 1 +
-// BatchSize leases; a NewBatch one claims only with a slot free, so that
-// a call's leases are one claim's.
+// commits. A New processor so has at most Concurrency + claimAhead - 1 +
+// BatchSize leases waiting or running; a NewBatch one claims only with a
+// slot free, so that a call's leases are one claim's.
 func (r *run) claimWanted() bool {
 	if len(r.waiting) == 0 && r.running < r.p.opts.Concurrency {
 		return true
@@ -137,8 +137,8 @@ func (r *run) claimWanted() bool {
 }
 
 // claimAhead is how few waiting leases make the loop claim with every slot
-// busy: half a batch, or half the slots when they are fewer (none with one
-// slot, which so claims only once its handler has returned).
+// busy: half the smaller of BatchSize and Concurrency, so none when either
+// is 1 (the loop then claims only once a slot is free).
 func (r *run) claimAhead() int {
 	return min(r.p.opts.BatchSize, r.p.opts.Concurrency) / 2
 }

@@ -15,10 +15,10 @@ import (
 // Processor defaults, used for zero Options fields.
 const (
 	// DefaultBatchSize and DefaultConcurrency fit a relay (a handler of a
-	// broker call or less): 64 slots fed by claims of 100 drained 3.5-4.2x
+	// broker call or less): 64 slots fed by claims of 100 drained 3.3-3.5x
 	// what 4 slots and claims of 10 did, in each of 3 rounds, and are the
 	// settings the pickup latency figures are measured with
-	// (docs/notes/2026-12-03-performance.md).
+	// (docs/notes/2026-12-04-processor-speed.md).
 	DefaultBatchSize     = 100
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultConcurrency   = 64
