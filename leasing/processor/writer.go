@@ -45,11 +45,11 @@ type pendingWrite struct {
 
 // writer writes outcomes in batches: each write takes everything queued
 // while the previous one ran. With Options.MergeCompletions on a
-// CompleteClaimer store, unkeyed completions are held for the claim loop to send with its next claim
-// (one transaction for both) while the loop is draining a backlog; the
-// writer writes them itself once mergeHold has passed, once the loop stops
-// draining or once 2 x BatchSize are held. mu is its own: it guards takes,
-// queue, held, heldSince, draining and closed.
+// CompleteClaimer store, while the claim loop drains a backlog, unkeyed
+// completions are held for it to send with its next claim (one
+// transaction for both); the writer writes them itself once mergeHold has
+// passed, once the loop stops draining or once 2 x BatchSize are held. mu
+// is its own: it guards takes, queue, held, heldSince, draining and closed.
 type writer struct {
 	p    *Processor
 	book *book
