@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -279,20 +280,6 @@ func TestPublishErrorClasses(t *testing.T) {
 	}
 }
 
-// flakyInbox fails its first Enqueue call as a store outage would, then
-// passes the calls to the inbox.
-type flakyInbox struct {
-	natsjs.Inbox
-	failed atomic.Bool
-}
-
-func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
-	if f.failed.CompareAndSwap(false, true) {
-		return leasing.EnqueueResult{}, errors.New("connection refused")
-	}
-	return f.Inbox.Enqueue(ctx, msgs...)
-}
-
 // A failed enqueue naks the message, which comes back and is enqueued
 // once; a message the inbox refuses is terminated, not redelivered.
 func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
@@ -310,12 +297,9 @@ func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox := brokertest.MemoryInbox(t)
 	var terminated atomic.Int64
-	c, err := natsjs.NewConsumer(t.Context(), nc, &flakyInbox{Inbox: inbox}, natsjs.ConsumerOptions{
+	c, err := natsjs.NewConsumer(t.Context(), nc, &brokertest.FlakyInbox{Enqueuer: inbox}, natsjs.ConsumerOptions{
 		Stream: stream, Durable: "inbox", FetchSize: 1, NakDelay: 50 * time.Millisecond,
 		OnError: func(err error) {
 			if brokermsg.IsPermanent(err) {
@@ -326,36 +310,22 @@ func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stop := brokertest.RunConsumer(t, c.Run)
 	cons, _ := js.Consumer(t.Context(), stream, "inbox")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	brokertest.Await(t, func() (bool, string) {
 		info, err := cons.Info(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := inbox.Stats(t.Context())
-		if info.NumPending == 0 && info.NumAckPending == 0 && st.Depth[leasing.StatusPending] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer info %+v, inbox %v", info, st.Depth)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		return info.NumPending == 0 && info.NumAckPending == 0 && st.Depth[leasing.StatusPending] == 1,
+			fmt.Sprintf("consumer info %+v, inbox %v", info, st.Depth)
+	})
+	stop()
 	if terminated.Load() != 1 {
 		t.Fatalf("%d messages terminated, want the refused one", terminated.Load())
 	}
-	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
-	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
-		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
-	}
+	brokertest.InboxHoldsOnce(t, inbox, "good-1", "good")
 }
 
 // A publish whose ack does not come in AckTimeout (the server cut off

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -207,20 +208,6 @@ func TestPublisherReconnects(t *testing.T) {
 	}
 }
 
-// flakyInbox fails its first Enqueue call as a store outage would, then
-// passes the calls to the inbox.
-type flakyInbox struct {
-	rabbitmq.Inbox
-	failed atomic.Bool
-}
-
-func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
-	if f.failed.CompareAndSwap(false, true) {
-		return leasing.EnqueueResult{}, errors.New("connection refused")
-	}
-	return f.Inbox.Enqueue(ctx, msgs...)
-}
-
 // A failed enqueue requeues the delivery, which comes back and is
 // enqueued once; a delivery the inbox refuses is rejected, not requeued.
 func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
@@ -243,12 +230,9 @@ func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 		}
 	}
 
-	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox := brokertest.MemoryInbox(t)
 	var rejected atomic.Int64
-	c, err := rabbitmq.NewConsumer(&flakyInbox{Inbox: inbox}, rabbitmq.ConsumerOptions{
+	c, err := rabbitmq.NewConsumer(&brokertest.FlakyInbox{Enqueuer: inbox}, rabbitmq.ConsumerOptions{
 		URL: amqpURL(rabbitAddr()), Queue: queue, Prefetch: 1, RetryDelay: 50 * time.Millisecond,
 		OnError: func(err error) {
 			if brokermsg.IsPermanent(err) {
@@ -259,32 +243,18 @@ func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	stop := brokertest.RunConsumer(t, c.Run)
+	brokertest.Await(t, func() (bool, string) {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := inbox.Stats(t.Context())
-		if q.Messages == 0 && rejected.Load() == 1 && st.Depth[leasing.StatusPending] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue holds %d ready messages, %d rejected, inbox %v", q.Messages, rejected.Load(), st.Depth)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
-	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
-		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
-	}
+		return q.Messages == 0 && rejected.Load() == 1 && st.Depth[leasing.StatusPending] == 1,
+			fmt.Sprintf("queue holds %d ready messages, %d rejected, inbox %v", q.Messages, rejected.Load(), st.Depth)
+	})
+	stop()
+	brokertest.InboxHoldsOnce(t, inbox, "good-1", "good")
 	if q, _ := ch.QueueDeclarePassive(queue, true, false, false, false, nil); q.Messages != 0 || q.Consumers != 0 {
 		t.Fatalf("after Run: %d messages, %d consumers; want the refused one gone", q.Messages, q.Consumers)
 	}
