@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,12 +28,7 @@ func TestMain(m *testing.M) {
 
 // natsAddr is the JetStream server the tests use: NATS_ADDR, else the
 // local one .ci/run starts.
-func natsAddr() string {
-	if a := os.Getenv("NATS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:4222"
-}
+func natsAddr() string { return brokertest.Addr("NATS_ADDR", "127.0.0.1:4222") }
 
 // connect returns a connection to addr that reconnects for ever, closed
 // when t ends. It skips without a server, or fails under CI=true.
@@ -47,10 +41,7 @@ func connect(t testing.TB, addr string) *nats.Conn {
 		err = errors.New("not connected after 5s")
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("NATS at %s: %v", addr, err)
-		}
-		t.Skipf("NATS at %s: %v", addr, err)
+		brokertest.Unreachable(t, "NATS", addr, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc

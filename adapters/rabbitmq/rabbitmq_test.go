@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,12 +27,7 @@ func TestMain(m *testing.M) {
 
 // rabbitAddr is the broker the tests use: RABBITMQ_ADDR, else the local
 // one .ci/run starts (guest/guest).
-func rabbitAddr() string {
-	if a := os.Getenv("RABBITMQ_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:5672"
-}
+func rabbitAddr() string { return brokertest.Addr("RABBITMQ_ADDR", "127.0.0.1:5672") }
 
 func amqpURL(addr string) string { return "amqp://guest:guest@" + addr + "/" }
 
@@ -43,10 +37,7 @@ func newQueue(t testing.TB) string {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at %s: %v", rabbitAddr(), err)
-		}
-		t.Skipf("RabbitMQ at %s: %v", rabbitAddr(), err)
+		brokertest.Unreachable(t, "RabbitMQ", rabbitAddr(), err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
