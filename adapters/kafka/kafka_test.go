@@ -158,8 +158,6 @@ func TestBrokerOutage(t *testing.T) {
 // produce loop of franz-go on kfake (docs/notes/2026-12-03-brokers.md).
 func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
-func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-
 // An unknown topic and a record too large are permanent, a cut-off broker
 // unavailable; the record carries its key and headers.
 func TestPublishErrorClasses(t *testing.T) {
@@ -177,7 +175,7 @@ func TestPublishErrorClasses(t *testing.T) {
 		"produced":      {ok, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
 	}
@@ -199,7 +197,7 @@ func TestPublishErrorClasses(t *testing.T) {
 
 	cut.Store(true)
 	defer cut.Store(false)
-	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish to a cut-off broker = %v, want unavailable", err)
 	}
 }

@@ -243,7 +243,6 @@ func TestPublishErrorClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 	for name, c := range map[string]struct {
 		msg  leasing.Message
 		want processor.Verdict
@@ -254,19 +253,19 @@ func TestPublishErrorClasses(t *testing.T) {
 		"fits":      {leasing.Message{ID: uuid.New(), Topic: subject, Payload: []byte("ok")}, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
-		if got := verdict(p.PublishBatch(t.Context(), []leasing.Message{c.msg})[0]); got != c.want {
+		if got := brokertest.Verdict(p.PublishBatch(t.Context(), []leasing.Message{c.msg})[0]); got != c.want {
 			t.Errorf("%s: PublishBatch verdict %s, want %s", name, got, c.want)
 		}
 	}
 	nc.Close()
 	msg := leasing.Message{ID: uuid.New(), Topic: subject}
-	if err := p.Publish(t.Context(), msg); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), msg); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish on a closed connection = %v, want unavailable", err)
 	}
-	if err := p.PublishBatch(t.Context(), []leasing.Message{msg})[0]; verdict(err) != processor.VerdictUnavailable {
+	if err := p.PublishBatch(t.Context(), []leasing.Message{msg})[0]; brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("PublishBatch on a closed connection = %v, want unavailable", err)
 	}
 }
@@ -332,12 +331,11 @@ func TestPublishWithoutAckIsUnavailable(t *testing.T) {
 	}
 	proxy.Cut()
 	msg := leasing.Message{ID: uuid.New(), Topic: subject}
-	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-	if err := p.Publish(t.Context(), msg); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), msg); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish while cut off = %v, want unavailable", err)
 	}
 	for i, err := range p.PublishBatch(t.Context(), []leasing.Message{msg, {ID: uuid.New(), Topic: subject}}) {
-		if verdict(err) != processor.VerdictUnavailable {
+		if brokertest.Verdict(err) != processor.VerdictUnavailable {
 			t.Errorf("PublishBatch message %d while cut off = %v, want unavailable", i, err)
 		}
 	}

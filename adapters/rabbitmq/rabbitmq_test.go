@@ -126,8 +126,6 @@ func TestBrokerOutage(t *testing.T) {
 // confirmed publish loop of amqp091-go (docs/notes/2026-12-03-brokers.md).
 func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
-func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-
 // An unroutable message and a missing exchange are permanent; the channel
 // the missing exchange closed is opened again for the next publish.
 func TestPublishErrorClasses(t *testing.T) {
@@ -143,13 +141,13 @@ func TestPublishErrorClasses(t *testing.T) {
 		"routed":     {ok, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
 	}
 	noExchange := newPublisher(t, rabbitmq.PublisherOptions{URL: amqpURL(rabbitAddr()), Exchange: "no.such.exchange." + queue})
 	for range 2 { // the second publish runs on a channel opened again
-		if err := noExchange.Publish(t.Context(), ok); verdict(err) != processor.VerdictPermanent {
+		if err := noExchange.Publish(t.Context(), ok); brokertest.Verdict(err) != processor.VerdictPermanent {
 			t.Errorf("Publish to a missing exchange = %v, want permanent", err)
 		}
 	}
@@ -169,7 +167,7 @@ func TestPublisherReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Cut()
-	if errs := p.PublishBatch(t.Context(), []leasing.Message{msg, msg}); verdict(errs[0]) != processor.VerdictUnavailable || verdict(errs[1]) != processor.VerdictUnavailable {
+	if errs := p.PublishBatch(t.Context(), []leasing.Message{msg, msg}); brokertest.Verdict(errs[0]) != processor.VerdictUnavailable || brokertest.Verdict(errs[1]) != processor.VerdictUnavailable {
 		t.Fatalf("PublishBatch through a cut connection = %v, want unavailable", errs)
 	}
 	proxy.Restore()

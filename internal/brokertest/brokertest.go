@@ -473,6 +473,10 @@ func Unreachable(t testing.TB, broker, addr string, err error) {
 	t.Skipf("%s at %s: %v", broker, addr, err)
 }
 
+// Verdict returns the verdict err carries (processor.VerdictOf) without
+// its delay: VerdictRetry for nil or an error that carries none.
+func Verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
+
 // Bench measures, in one run, the relay's throughput with the adapter's
 // batch publisher (sub-benchmark "relay": n outbox messages without
 // ordering keys, enqueued with the timer stopped, then a relay of
