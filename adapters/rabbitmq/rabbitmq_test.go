@@ -56,6 +56,22 @@ func newQueue(t testing.TB) string {
 	return name
 }
 
+// channel opens a channel on the broker beside the adapter's own, to
+// publish or get messages directly; its connection closes when t ends.
+func channel(t testing.TB) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 func newPublisher(t testing.TB, opts rabbitmq.PublisherOptions) *rabbitmq.Publisher {
 	t.Helper()
 	p, err := rabbitmq.NewPublisher(opts)
@@ -175,16 +191,7 @@ func TestPublisherReconnects(t *testing.T) {
 		t.Fatalf("Publish after the connection came back: %v", err)
 	}
 
-	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ok, err := ch.Get(queue, true)
+	d, ok, err := channel(t).Get(queue, true)
 	if err != nil || !ok {
 		t.Fatalf("Get = %v, %v", ok, err)
 	}
@@ -201,15 +208,7 @@ func TestPublisherReconnects(t *testing.T) {
 // enqueued once; a delivery the inbox refuses is rejected, not requeued.
 func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 	queue := newQueue(t)
-	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := channel(t)
 	for _, p := range []amqp.Publishing{
 		{MessageId: "good-1", Body: []byte("good")},
 		{MessageId: "bad-1", Headers: amqp.Table{rabbitmq.HeaderTenantID: strings.Repeat("t", 10_000)}}, // longer than a tenant id may be
