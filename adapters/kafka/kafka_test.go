@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -157,8 +158,6 @@ func TestBrokerOutage(t *testing.T) {
 // produce loop of franz-go on kfake (docs/notes/2026-12-03-brokers.md).
 func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
-func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-
 // An unknown topic and a record too large are permanent, a cut-off broker
 // unavailable; the record carries its key and headers.
 func TestPublishErrorClasses(t *testing.T) {
@@ -176,7 +175,7 @@ func TestPublishErrorClasses(t *testing.T) {
 		"produced":      {ok, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
 	}
@@ -198,7 +197,7 @@ func TestPublishErrorClasses(t *testing.T) {
 
 	cut.Store(true)
 	defer cut.Store(false)
-	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish to a cut-off broker = %v, want unavailable", err)
 	}
 }
@@ -222,20 +221,6 @@ func (noInbox) Enqueue(context.Context, ...leasing.NewMessage) (leasing.EnqueueR
 	return leasing.EnqueueResult{}, errors.New("not used")
 }
 
-// flakyInbox fails its first Enqueue call as a store outage would, then
-// passes the calls to the inbox.
-type flakyInbox struct {
-	kafka.Inbox
-	failed atomic.Bool
-}
-
-func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
-	if f.failed.CompareAndSwap(false, true) {
-		return leasing.EnqueueResult{}, errors.New("connection refused")
-	}
-	return f.Inbox.Enqueue(ctx, msgs...)
-}
-
 // A failed enqueue is tried again before the offsets are committed; a
 // record the inbox refuses is skipped and its offset committed.
 func TestConsumerRetriesFailedEnqueueAndSkipsRefused(t *testing.T) {
@@ -249,14 +234,11 @@ func TestConsumerRetriesFailedEnqueueAndSkipsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox := brokertest.MemoryInbox(t)
 	var skipped atomic.Int64
 	group := "inbox." + topic
 	cl := newClient(t, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond))
-	c, err := kafka.NewConsumer(cl, &flakyInbox{Inbox: inbox}, kafka.ConsumerOptions{RetryDelay: 50 * time.Millisecond,
+	c, err := kafka.NewConsumer(cl, &brokertest.FlakyInbox{Enqueuer: inbox}, kafka.ConsumerOptions{RetryDelay: 50 * time.Millisecond,
 		OnError: func(err error) {
 			if brokermsg.IsPermanent(err) {
 				skipped.Add(1)
@@ -265,13 +247,10 @@ func TestConsumerRetriesFailedEnqueueAndSkipsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stop := brokertest.RunConsumer(t, c.Run)
 	admin := kmsg.NewOffsetFetchRequest()
 	admin.Group = group
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	brokertest.Await(t, func() (bool, string) {
 		st, _ := inbox.Stats(t.Context())
 		committed := int64(0)
 		if resp, err := admin.RequestWith(t.Context(), producer); err == nil {
@@ -281,20 +260,9 @@ func TestConsumerRetriesFailedEnqueueAndSkipsRefused(t *testing.T) {
 				}
 			}
 		}
-		if st.Depth[leasing.StatusPending] == 1 && skipped.Load() == 1 && committed == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("inbox %v, %d skipped, %d offsets committed", st.Depth, skipped.Load(), committed)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
-	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
-		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
-	}
+		return st.Depth[leasing.StatusPending] == 1 && skipped.Load() == 1 && committed == 2,
+			fmt.Sprintf("inbox %v, %d skipped, %d offsets committed", st.Depth, skipped.Load(), committed)
+	})
+	stop()
+	brokertest.InboxHoldsOnce(t, inbox, "good-1", "good")
 }

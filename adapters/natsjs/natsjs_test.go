@@ -3,7 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
-	"os"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,12 +28,7 @@ func TestMain(m *testing.M) {
 
 // natsAddr is the JetStream server the tests use: NATS_ADDR, else the
 // local one .ci/run starts.
-func natsAddr() string {
-	if a := os.Getenv("NATS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:4222"
-}
+func natsAddr() string { return brokertest.Addr("NATS_ADDR", "127.0.0.1:4222") }
 
 // connect returns a connection to addr that reconnects for ever, closed
 // when t ends. It skips without a server, or fails under CI=true.
@@ -46,10 +41,7 @@ func connect(t testing.TB, addr string) *nats.Conn {
 		err = errors.New("not connected after 5s")
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("NATS at %s: %v", addr, err)
-		}
-		t.Skipf("NATS at %s: %v", addr, err)
+		brokertest.Unreachable(t, "NATS", addr, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -251,7 +243,6 @@ func TestPublishErrorClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 	for name, c := range map[string]struct {
 		msg  leasing.Message
 		want processor.Verdict
@@ -262,35 +253,21 @@ func TestPublishErrorClasses(t *testing.T) {
 		"fits":      {leasing.Message{ID: uuid.New(), Topic: subject, Payload: []byte("ok")}, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
-		if got := verdict(p.PublishBatch(t.Context(), []leasing.Message{c.msg})[0]); got != c.want {
+		if got := brokertest.Verdict(p.PublishBatch(t.Context(), []leasing.Message{c.msg})[0]); got != c.want {
 			t.Errorf("%s: PublishBatch verdict %s, want %s", name, got, c.want)
 		}
 	}
 	nc.Close()
 	msg := leasing.Message{ID: uuid.New(), Topic: subject}
-	if err := p.Publish(t.Context(), msg); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), msg); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish on a closed connection = %v, want unavailable", err)
 	}
-	if err := p.PublishBatch(t.Context(), []leasing.Message{msg})[0]; verdict(err) != processor.VerdictUnavailable {
+	if err := p.PublishBatch(t.Context(), []leasing.Message{msg})[0]; brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("PublishBatch on a closed connection = %v, want unavailable", err)
 	}
-}
-
-// flakyInbox fails its first Enqueue call as a store outage would, then
-// passes the calls to the inbox.
-type flakyInbox struct {
-	natsjs.Inbox
-	failed atomic.Bool
-}
-
-func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
-	if f.failed.CompareAndSwap(false, true) {
-		return leasing.EnqueueResult{}, errors.New("connection refused")
-	}
-	return f.Inbox.Enqueue(ctx, msgs...)
 }
 
 // A failed enqueue naks the message, which comes back and is enqueued
@@ -310,12 +287,9 @@ func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox := brokertest.MemoryInbox(t)
 	var terminated atomic.Int64
-	c, err := natsjs.NewConsumer(t.Context(), nc, &flakyInbox{Inbox: inbox}, natsjs.ConsumerOptions{
+	c, err := natsjs.NewConsumer(t.Context(), nc, &brokertest.FlakyInbox{Enqueuer: inbox}, natsjs.ConsumerOptions{
 		Stream: stream, Durable: "inbox", FetchSize: 1, NakDelay: 50 * time.Millisecond,
 		OnError: func(err error) {
 			if brokermsg.IsPermanent(err) {
@@ -326,36 +300,22 @@ func TestConsumerNaksFailedEnqueueAndTerminatesRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stop := brokertest.RunConsumer(t, c.Run)
 	cons, _ := js.Consumer(t.Context(), stream, "inbox")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	brokertest.Await(t, func() (bool, string) {
 		info, err := cons.Info(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := inbox.Stats(t.Context())
-		if info.NumPending == 0 && info.NumAckPending == 0 && st.Depth[leasing.StatusPending] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer info %+v, inbox %v", info, st.Depth)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		return info.NumPending == 0 && info.NumAckPending == 0 && st.Depth[leasing.StatusPending] == 1,
+			fmt.Sprintf("consumer info %+v, inbox %v", info, st.Depth)
+	})
+	stop()
 	if terminated.Load() != 1 {
 		t.Fatalf("%d messages terminated, want the refused one", terminated.Load())
 	}
-	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
-	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
-		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
-	}
+	brokertest.InboxHoldsOnce(t, inbox, "good-1", "good")
 }
 
 // A publish whose ack does not come in AckTimeout (the server cut off
@@ -371,12 +331,11 @@ func TestPublishWithoutAckIsUnavailable(t *testing.T) {
 	}
 	proxy.Cut()
 	msg := leasing.Message{ID: uuid.New(), Topic: subject}
-	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-	if err := p.Publish(t.Context(), msg); verdict(err) != processor.VerdictUnavailable {
+	if err := p.Publish(t.Context(), msg); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish while cut off = %v, want unavailable", err)
 	}
 	for i, err := range p.PublishBatch(t.Context(), []leasing.Message{msg, {ID: uuid.New(), Topic: subject}}) {
-		if verdict(err) != processor.VerdictUnavailable {
+		if brokertest.Verdict(err) != processor.VerdictUnavailable {
 			t.Errorf("PublishBatch message %d while cut off = %v, want unavailable", i, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/leasestore/leasestore/internal/brokertest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -24,7 +25,6 @@ func TestClassifyChannelClose(t *testing.T) {
 		c.closing <- &amqp.Error{Code: code, Reason: reason}
 		return c
 	}
-	verdict := func(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
 	tooLarge := "PRECONDITION_FAILED - message size 2000 is larger than configured max size 1000"
 	for name, c := range map[string]struct {
 		ch   *channel
@@ -37,7 +37,7 @@ func TestClassifyChannelClose(t *testing.T) {
 		"connection forced":      {closed(amqp.ConnectionForced, "CONNECTION_FORCED - broker shutdown"), small, processor.VerdictUnavailable},
 		"closed by this process": {&channel{closing: make(chan *amqp.Error)}, small, processor.VerdictUnavailable},
 	} {
-		if got := verdict(c.ch.classify(context.Background(), c.msg, errNack)); got != c.want {
+		if got := brokertest.Verdict(c.ch.classify(context.Background(), c.msg, errNack)); got != c.want {
 			t.Errorf("%s: %s, want %s", name, got, c.want)
 		}
 	}

@@ -3,7 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
-	"os"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,12 +27,7 @@ func TestMain(m *testing.M) {
 
 // rabbitAddr is the broker the tests use: RABBITMQ_ADDR, else the local
 // one .ci/run starts (guest/guest).
-func rabbitAddr() string {
-	if a := os.Getenv("RABBITMQ_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:5672"
-}
+func rabbitAddr() string { return brokertest.Addr("RABBITMQ_ADDR", "127.0.0.1:5672") }
 
 func amqpURL(addr string) string { return "amqp://guest:guest@" + addr + "/" }
 
@@ -42,10 +37,7 @@ func newQueue(t testing.TB) string {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at %s: %v", rabbitAddr(), err)
-		}
-		t.Skipf("RabbitMQ at %s: %v", rabbitAddr(), err)
+		brokertest.Unreachable(t, "RabbitMQ", rabbitAddr(), err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -62,6 +54,22 @@ func newQueue(t testing.TB) string {
 		_ = conn.Close()
 	})
 	return name
+}
+
+// channel opens a channel on the broker beside the adapter's own, to
+// publish or get messages directly; its connection closes when t ends.
+func channel(t testing.TB) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }
 
 func newPublisher(t testing.TB, opts rabbitmq.PublisherOptions) *rabbitmq.Publisher {
@@ -134,8 +142,6 @@ func TestBrokerOutage(t *testing.T) {
 // confirmed publish loop of amqp091-go (docs/notes/2026-12-03-brokers.md).
 func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
-func verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
-
 // An unroutable message and a missing exchange are permanent; the channel
 // the missing exchange closed is opened again for the next publish.
 func TestPublishErrorClasses(t *testing.T) {
@@ -151,13 +157,13 @@ func TestPublishErrorClasses(t *testing.T) {
 		"routed":     {ok, processor.VerdictRetry},
 	} {
 		err := p.Publish(t.Context(), c.msg)
-		if got := verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
+		if got := brokertest.Verdict(err); got != c.want || (c.want == processor.VerdictRetry) != (err == nil) {
 			t.Errorf("%s: Publish = %v (%s), want %s", name, err, got, c.want)
 		}
 	}
 	noExchange := newPublisher(t, rabbitmq.PublisherOptions{URL: amqpURL(rabbitAddr()), Exchange: "no.such.exchange." + queue})
 	for range 2 { // the second publish runs on a channel opened again
-		if err := noExchange.Publish(t.Context(), ok); verdict(err) != processor.VerdictPermanent {
+		if err := noExchange.Publish(t.Context(), ok); brokertest.Verdict(err) != processor.VerdictPermanent {
 			t.Errorf("Publish to a missing exchange = %v, want permanent", err)
 		}
 	}
@@ -177,7 +183,7 @@ func TestPublisherReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Cut()
-	if errs := p.PublishBatch(t.Context(), []leasing.Message{msg, msg}); verdict(errs[0]) != processor.VerdictUnavailable || verdict(errs[1]) != processor.VerdictUnavailable {
+	if errs := p.PublishBatch(t.Context(), []leasing.Message{msg, msg}); brokertest.Verdict(errs[0]) != processor.VerdictUnavailable || brokertest.Verdict(errs[1]) != processor.VerdictUnavailable {
 		t.Fatalf("PublishBatch through a cut connection = %v, want unavailable", errs)
 	}
 	proxy.Restore()
@@ -185,16 +191,7 @@ func TestPublisherReconnects(t *testing.T) {
 		t.Fatalf("Publish after the connection came back: %v", err)
 	}
 
-	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ok, err := ch.Get(queue, true)
+	d, ok, err := channel(t).Get(queue, true)
 	if err != nil || !ok {
 		t.Fatalf("Get = %v, %v", ok, err)
 	}
@@ -207,33 +204,11 @@ func TestPublisherReconnects(t *testing.T) {
 	}
 }
 
-// flakyInbox fails its first Enqueue call as a store outage would, then
-// passes the calls to the inbox.
-type flakyInbox struct {
-	rabbitmq.Inbox
-	failed atomic.Bool
-}
-
-func (f *flakyInbox) Enqueue(ctx context.Context, msgs ...leasing.NewMessage) (leasing.EnqueueResult, error) {
-	if f.failed.CompareAndSwap(false, true) {
-		return leasing.EnqueueResult{}, errors.New("connection refused")
-	}
-	return f.Inbox.Enqueue(ctx, msgs...)
-}
-
 // A failed enqueue requeues the delivery, which comes back and is
 // enqueued once; a delivery the inbox refuses is rejected, not requeued.
 func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 	queue := newQueue(t)
-	conn, err := amqp.Dial(amqpURL(rabbitAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := channel(t)
 	for _, p := range []amqp.Publishing{
 		{MessageId: "good-1", Body: []byte("good")},
 		{MessageId: "bad-1", Headers: amqp.Table{rabbitmq.HeaderTenantID: strings.Repeat("t", 10_000)}}, // longer than a tenant id may be
@@ -243,12 +218,9 @@ func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 		}
 	}
 
-	inbox, err := leasing.NewMemory(leasing.Inbox, leasing.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inbox := brokertest.MemoryInbox(t)
 	var rejected atomic.Int64
-	c, err := rabbitmq.NewConsumer(&flakyInbox{Inbox: inbox}, rabbitmq.ConsumerOptions{
+	c, err := rabbitmq.NewConsumer(&brokertest.FlakyInbox{Enqueuer: inbox}, rabbitmq.ConsumerOptions{
 		URL: amqpURL(rabbitAddr()), Queue: queue, Prefetch: 1, RetryDelay: 50 * time.Millisecond,
 		OnError: func(err error) {
 			if brokermsg.IsPermanent(err) {
@@ -259,32 +231,18 @@ func TestConsumerRequeuesFailedEnqueueAndRejectsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	stop := brokertest.RunConsumer(t, c.Run)
+	brokertest.Await(t, func() (bool, string) {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st, _ := inbox.Stats(t.Context())
-		if q.Messages == 0 && rejected.Load() == 1 && st.Depth[leasing.StatusPending] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue holds %d ready messages, %d rejected, inbox %v", q.Messages, rejected.Load(), st.Depth)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	leases, err := inbox.Claim(t.Context(), leasing.ClaimRequest{Owner: "t", BatchSize: 10, LeaseFor: time.Minute})
-	if err != nil || len(leases) != 1 || leases[0].Message.IdempotencyKey != "good-1" || string(leases[0].Message.Payload) != "good" {
-		t.Fatalf("inbox leases %+v, %v; want the good message once", leases, err)
-	}
+		return q.Messages == 0 && rejected.Load() == 1 && st.Depth[leasing.StatusPending] == 1,
+			fmt.Sprintf("queue holds %d ready messages, %d rejected, inbox %v", q.Messages, rejected.Load(), st.Depth)
+	})
+	stop()
+	brokertest.InboxHoldsOnce(t, inbox, "good-1", "good")
 	if q, _ := ch.QueueDeclarePassive(queue, true, false, false, false, nil); q.Messages != 0 || q.Consumers != 0 {
 		t.Fatalf("after Run: %d messages, %d consumers; want the refused one gone", q.Messages, q.Consumers)
 	}

@@ -453,6 +453,30 @@ func Name(t testing.TB, prefix string) string {
 	return b.String() + "_" + hex.EncodeToString(rnd[:])
 }
 
+// Addr returns the broker address the environment variable env holds,
+// else local (the local broker .ci/run starts).
+func Addr(env, local string) string {
+	if a := os.Getenv(env); a != "" {
+		return a
+	}
+	return local
+}
+
+// Unreachable ends t because the broker named broker at addr could not be
+// reached (err): it skips t, or fails it when the environment has CI=true,
+// so that CI never passes by skipping.
+func Unreachable(t testing.TB, broker, addr string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s at %s: %v", broker, addr, err)
+	}
+	t.Skipf("%s at %s: %v", broker, addr, err)
+}
+
+// Verdict returns the verdict err carries (processor.VerdictOf) without
+// its delay: VerdictRetry for nil or an error that carries none.
+func Verdict(err error) processor.Verdict { v, _ := processor.VerdictOf(err); return v }
+
 // Bench measures, in one run, the relay's throughput with the adapter's
 // batch publisher (sub-benchmark "relay": n outbox messages without
 // ordering keys, enqueued with the timer stopped, then a relay of
