@@ -16,10 +16,27 @@ import (
 
 // replyDropper makes connections die after a statement was sent and before
 // its reply is read: the outcome of that statement is unknown to the
-// client. Depending on timing the server has committed it or not.
+// client. Depending on timing the server has committed it or not. Which
+// writes send such a statement is up to arms; newReplyDropper makes one.
 type replyDropper struct {
 	rate    float64
+	arms    func(b []byte) bool // whether writing b sends a statement whose reply may be lost
+	lost    string              // the error a lost reply reads as
 	dropped atomic.Int64
+}
+
+// newReplyDropper loses, at rate, the reply to a statement for which arms
+// holds; a lost reply reads as "fault: connection lost after <what> was
+// sent".
+func newReplyDropper(rate float64, arms func(b []byte) bool, what string) *replyDropper {
+	return &replyDropper{rate: rate, arms: arms, lost: "fault: connection lost after " + what + " was sent"}
+}
+
+// startsStatement reports whether b, written to a server connection,
+// starts a statement: 'B' (Bind) or 'Q' (simple query). Startup and
+// authentication messages do not.
+func startsStatement(b []byte) bool {
+	return len(b) > 0 && (b[0] == 'B' || b[0] == 'Q')
 }
 
 func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -38,9 +55,7 @@ type droppingConn struct {
 
 func (c *droppingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	// 'B' (Bind) or 'Q' (simple query) starts a statement; startup and
-	// authentication messages are left alone.
-	if err == nil && len(b) > 0 && (b[0] == 'B' || b[0] == 'Q') && mathrand.Float64() < c.d.rate {
+	if err == nil && c.d.arms(b) && mathrand.Float64() < c.d.rate {
 		c.armed.Store(true)
 	}
 	return n, err
@@ -51,7 +66,7 @@ func (c *droppingConn) Read(b []byte) (int, error) {
 		time.Sleep(time.Duration(mathrand.IntN(3)) * time.Millisecond) // sometimes the server has committed
 		c.d.dropped.Add(1)
 		_ = c.Conn.Close()
-		return 0, errors.New("fault: connection lost after the statement was sent")
+		return 0, errors.New(c.d.lost)
 	}
 	return c.Conn.Read(b)
 }

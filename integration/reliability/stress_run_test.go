@@ -82,7 +82,7 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 	_, _ = rand.Read(suffix[:])
 	app := "lst-" + hex.EncodeToString(suffix[:]) // this run's backends, for the killer
 	rec := newStressRecorder()
-	dropper := &replyDropper{rate: cfg.dropReplyRate}
+	dropper := newReplyDropper(cfg.dropReplyRate, startsStatement, "the statement")
 	var processorErrors atomic.Int64
 	seed := binary.BigEndian.Uint64(append(suffix[:], 0, 0, 0, 0))
 

@@ -79,7 +79,7 @@ func TestStressTxExactlyOnce(t *testing.T) {
 	// lost, and whose handlers sometimes lose their lease mid-call to the
 	// other processor.
 	admin := newPool(t, url, "tx-stress-admin", 2)
-	dropper := &commitDropper{rate: 0.2}
+	dropper := newReplyDropper(0.2, isCommit, "COMMIT")
 	stole := atomic.Int64{}
 	handler := func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error {
 		if err := txEffect(ctx, tx, lease); err != nil {
@@ -255,43 +255,4 @@ func (c *killingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	return n, err
-}
-
-// commitDropper loses the reply to a COMMIT at rate: the connection dies
-// once the COMMIT was sent, sometimes after the server committed it.
-type commitDropper struct {
-	rate    float64
-	dropped atomic.Int64
-}
-
-func (d *commitDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &commitDroppingConn{Conn: c, d: d}, nil
-}
-
-type commitDroppingConn struct {
-	net.Conn
-	d     *commitDropper
-	armed atomic.Bool
-}
-
-func (c *commitDroppingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if err == nil && isCommit(b) && mathrand.Float64() < c.d.rate {
-		c.armed.Store(true)
-	}
-	return n, err
-}
-
-func (c *commitDroppingConn) Read(b []byte) (int, error) {
-	if c.armed.Load() {
-		time.Sleep(time.Duration(mathrand.IntN(3)) * time.Millisecond) // sometimes the server has committed
-		c.d.dropped.Add(1)
-		_ = c.Conn.Close()
-		return 0, errors.New("fault: connection lost after COMMIT was sent")
-	}
-	return c.Conn.Read(b)
 }
