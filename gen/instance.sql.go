@@ -69,3 +69,21 @@ func (q *Queries) InstanceLockHolder(ctx context.Context, db DBTX, arg InstanceL
 	}
 	return items, nil
 }
+
+const instanceUnlock = `-- name: InstanceUnlock :exec
+SELECT pg_advisory_unlock(hashtextextended($1::text, 0))
+`
+
+type InstanceUnlockParams struct {
+	LockName string
+}
+
+// InstanceUnlock frees the session-level advisory lock named by lock_name
+// that this session holds, at once: closing the connection frees it too,
+// but only once the server process has ended, after the client returned,
+// so that a successor taking the identity right after the close could
+// find it still held.
+func (q *Queries) InstanceUnlock(ctx context.Context, db DBTX, arg InstanceUnlockParams) error {
+	_, err := db.Exec(ctx, instanceUnlock, arg.LockName)
+	return err
+}

@@ -137,13 +137,17 @@ func (l *InstanceLock) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close ends the lock's session, which frees the identity. It waits at
-// most 5 seconds, also after ctx has ended.
+// Close frees the identity and ends the lock's session: it unlocks first,
+// so that the identity is free when Close returns (a session's locks
+// outlive the client's close until the server process has ended). It
+// waits at most 5 seconds, also after ctx has ended.
 //
-// Errors: the connection's error on close.
+// Errors: the connection's error on close. A failed unlock is not one:
+// the session's end frees the lock.
 func (l *InstanceLock) Close(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), instanceCloseTimeout)
 	defer cancel()
+	_ = gen.New().InstanceUnlock(cctx, l.conn, gen.InstanceUnlockParams{LockName: instanceLockName(l.queue, l.label)})
 	return l.conn.Close(cctx)
 }
 

@@ -19,3 +19,11 @@ WHERE l.locktype = 'advisory'
   AND l.objsubid = 1
   AND l.classid = ((hashtextextended(@lock_name::text, 0) >> 32) & 4294967295)::oid
   AND l.objid = (hashtextextended(@lock_name::text, 0) & 4294967295)::oid;
+
+-- InstanceUnlock frees the session-level advisory lock named by lock_name
+-- that this session holds, at once: closing the connection frees it too,
+-- but only once the server process has ended, after the client returned,
+-- so that a successor taking the identity right after the close could
+-- find it still held.
+-- name: InstanceUnlock :exec
+SELECT pg_advisory_unlock(hashtextextended(@lock_name::text, 0));
