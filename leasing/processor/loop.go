@@ -256,10 +256,7 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool) int {
 // It returns the claim's leases and error.
 func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, req leasing.ClaimRequest) ([]leasing.Lease, error) {
 	cc := r.p.store.(CompleteClaimer) // writer.merge checked it
-	leases := make([]leasing.Lease, len(done))
-	for i, pw := range done {
-		leases[i] = pw.failure.Lease
-	}
+	leases := leasesOf(done)
 	var (
 		claimed  []leasing.Lease
 		claimErr error

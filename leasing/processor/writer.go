@@ -162,8 +162,12 @@ func (w *writer) takeHeld() []pendingWrite {
 }
 
 // setDraining records whether the claim loop will claim again soon; when
-// it will not, the writer writes what it holds.
+// it will not, the writer writes what it holds. Without merge it does
+// nothing.
 func (w *writer) setDraining(draining bool) {
+	if !w.merge {
+		return
+	}
 	w.mu.Lock()
 	changed := w.draining != draining
 	w.draining = draining
@@ -285,10 +289,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		failures []leasing.Failure // fail, dead letter and release after
 	)
 	if kind == writeRelease || kind == writeComplete {
-		leases = make([]leasing.Lease, len(g))
-		for i, pw := range g {
-			leases[i] = pw.failure.Lease
-		}
+		leases = leasesOf(g)
 	} else {
 		failures = make([]leasing.Failure, len(g))
 		for i, pw := range g {
@@ -381,6 +382,15 @@ func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, erro
 		time.Sleep(backoff)
 		backoff *= 2
 	}
+}
+
+// leasesOf returns the leases of g's outcomes, in g's order.
+func leasesOf(g []pendingWrite) []leasing.Lease {
+	leases := make([]leasing.Lease, len(g))
+	for i, pw := range g {
+		leases[i] = pw.failure.Lease
+	}
+	return leases
 }
 
 // keyParts splits g into the outcomes of each ordering key (tenant and key,
