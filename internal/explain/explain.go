@@ -114,9 +114,9 @@ func ClaimGeneric(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, batc
 	return explainClaim(ctx, pool, q, batchSize, opts, true)
 }
 
-// explainLockTimeout is the lock_timeout of an explained generic claim:
-// leasing.DefaultLockTimeout.
-const explainLockTimeout = "5000ms"
+// explainLockTimeout is the lock_timeout of an explained generic claim,
+// leasing.DefaultLockTimeout, as the text the settings statement takes.
+var explainLockTimeout = fmt.Sprintf("%dms", leasing.DefaultLockTimeout.Milliseconds())
 
 // explainPrepared names the prepared claim ClaimGeneric explains.
 const explainPrepared = "leasestore_explain_claim"
