@@ -121,6 +121,28 @@ func appendAttempt(history []Attempt, a Attempt) []Attempt {
 	return append(out, a)
 }
 
+// withFinalAttempt returns row's history with the entry of the attempt
+// that completed (inbox) or published (outbox) it, which Complete leaves
+// in the row's lease columns rather than in attempts: appended, within
+// AttemptHistoryLimit, unless the history already holds it (rows finished
+// by earlier versions, which stored it). Other rows' history is returned
+// as it is.
+func withFinalAttempt(q Queue, row Row) []Attempt {
+	done := AttemptEnd(q.Succeeded())
+	if row.Status != q.Succeeded() || row.FinishedAt == nil ||
+		wrote(row.Attempts, row.LeaseOwner, row.LeaseGeneration, done) {
+		return row.Attempts
+	}
+	return appendAttempt(row.Attempts, Attempt{
+		Attempt:    row.AttemptCount,
+		Generation: row.LeaseGeneration,
+		Owner:      row.LeaseOwner,
+		ClaimedAt:  row.LastAttemptedAt,
+		FinishedAt: *row.FinishedAt,
+		End:        done,
+	})
+}
+
 // wrote reports whether the lease (owner, generation) itself recorded
 // outcome in history.
 func wrote(history []Attempt, owner string, generation int64, outcome AttemptEnd) bool {

@@ -77,7 +77,7 @@ func rowOf(q Queue, r gen.InboxGetRow) (Row, error) {
 	if err != nil {
 		return Row{}, fmt.Errorf("%w: %s message %s", err, q, r.MessageID)
 	}
-	return Row{
+	row := Row{
 		Message: Message{
 			ID: r.MessageID, Type: r.MessageType, Payload: r.Payload, Headers: r.Headers,
 			TenantID: deref(r.TenantID), IdempotencyKey: deref(r.IdempotencyKey), Topic: r.Topic,
@@ -96,7 +96,9 @@ func rowOf(q Queue, r gen.InboxGetRow) (Row, error) {
 		DeadLetteredAt:      utc(r.DeadLetteredAt),
 		KeySeq:              r.KeySeq,
 		Attempts:            attempts,
-	}, nil
+	}
+	row.Attempts = withFinalAttempt(q, row)
+	return row, nil
 }
 
 // outcomes converts the rows of a fenced write.

@@ -173,6 +173,103 @@ func TestAttemptHistorySequence(t *testing.T) {
 	}
 }
 
+// TestCompletedHistoryFromLeaseColumns: Complete stores no history entry,
+// and Get still ends a completed row's history with the completing
+// attempt, read from its lease columns: after earlier attempts, at the
+// history's limit, and once only for a row an earlier version completed
+// with the entry stored. A retried Complete is already applied.
+func TestCompletedHistoryFromLeaseColumns(t *testing.T) {
+	t.Parallel()
+	for _, q := range queuesBoth {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store, clock := historyStore(t, q)
+			msg := leasing.NewMessage{}
+			if q == leasing.Outbox {
+				msg.Topic = "t"
+			}
+			enq, err := store.Enqueue(ctx, msg, msg)
+			require.NoError(t, err)
+			id, full := enq.IDs[0], enq.IDs[1]
+			stored := func(id uuid.UUID) (n int, done int) {
+				t.Helper()
+				require.NoError(t, store.Pool().QueryRow(ctx,
+					"SELECT jsonb_array_length(attempts), jsonb_array_length(jsonb_path_query_array(attempts, '$[*] ? (@.outcome == $o)', jsonb_build_object('o', $2::text))) FROM "+
+						tableOf(q)+" WHERE message_id = $1", id, string(q.Succeeded())).Scan(&n, &done))
+				return n, done
+			}
+			done := leasing.AttemptEnd(q.Succeeded())
+
+			t1 := clock.Now()
+			l1 := claimOne(t, store, "worker-a")
+			clock.Advance(time.Second)
+			t2 := clock.Now()
+			_, err = store.Fail(ctx, leasing.Failure{Lease: l1, Error: "boom"})
+			require.NoError(t, err)
+			t3 := clock.Now()
+			l2 := claimOne(t, store, "worker-b")
+			require.Equal(t, id, l2.Message.ID)
+			clock.Advance(time.Second)
+			t4 := clock.Now()
+			res, err := store.Complete(ctx, l2)
+			require.NoError(t, err)
+			require.Equal(t, leasing.OutcomeApplied, res.Outcomes[0].Outcome)
+			n, doneStored := stored(id)
+			require.Equal(t, 1, n, "only the failed attempt is stored")
+			require.Zero(t, doneStored)
+
+			row, err := store.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, []leasing.Attempt{
+				{Attempt: 1, Generation: l1.Generation, Owner: "worker-a", ClaimedAt: &t1, FinishedAt: t2,
+					End: leasing.AttemptFailed, Error: "boom"},
+				{Attempt: 2, Generation: l2.Generation, Owner: "worker-b", ClaimedAt: &t3, FinishedAt: t4, End: done},
+			}, row.Attempts)
+			res, err = store.Complete(ctx, l2)
+			require.NoError(t, err)
+			require.Equal(t, leasing.OutcomeAlreadyApplied, res.Outcomes[0].Outcome)
+			res, err = store.Complete(ctx, l1)
+			require.NoError(t, err)
+			require.Equal(t, leasing.OutcomeTerminal, res.Outcomes[0].Outcome)
+
+			// An earlier version stored the entry: Get shows it once.
+			_, err = store.Pool().Exec(ctx, "UPDATE "+tableOf(q)+` SET attempts = attempts || jsonb_build_array(jsonb_build_object(
+				'attempt', attempt_count, 'generation', lease_generation, 'owner', lease_owner,
+				'claimed_at', last_attempted_at, 'finished_at', `+string(q.Succeeded())+`_at, 'outcome', $2::text))
+				WHERE message_id = $1`, id, string(q.Succeeded()))
+			require.NoError(t, err)
+			again, err := store.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, row.Attempts, again.Attempts)
+
+			// At the limit the oldest entry makes room, as a stored append does.
+			var history []leasing.Attempt
+			for i := range leasing.AttemptHistoryLimit + 1 {
+				claimed := clock.Now()
+				l := claimOne(t, store, fmt.Sprintf("worker-%d", i))
+				require.Equal(t, full, l.Message.ID)
+				clock.Advance(time.Millisecond)
+				entry := leasing.Attempt{Attempt: l.Attempt, Generation: l.Generation, Owner: l.Owner,
+					ClaimedAt: &claimed, FinishedAt: clock.Now(), End: done}
+				if i < leasing.AttemptHistoryLimit {
+					entry.End, entry.Error = leasing.AttemptFailed, "again"
+					_, err = store.Fail(ctx, leasing.Failure{Lease: l, Error: "again"})
+				} else {
+					_, err = store.Complete(ctx, l)
+				}
+				require.NoError(t, err)
+				history = append(history, entry)
+			}
+			n, _ = stored(full)
+			require.Equal(t, leasing.AttemptHistoryLimit, n)
+			row, err = store.Get(ctx, full)
+			require.NoError(t, err)
+			require.Equal(t, history[1:], row.Attempts)
+		})
+	}
+}
+
 // TestRetryOfRowWithoutHistory: a row whose Fail an earlier version wrote
 // (outcome columns set, no history entry, as during a rolling deploy) still
 // answers a retry with already_applied.

@@ -165,7 +165,10 @@ type Row struct {
 	// KeySeq is the message's place in its ordering key's line; 0 unordered.
 	KeySeq int64
 	// Attempts is the history of finished attempts and operator actions,
-	// oldest first, never nil; the attempt in flight is not in it yet.
+	// oldest first, at most AttemptHistoryLimit, never nil; the attempt in
+	// flight is not in it yet. On PostgreSQL the entry of the attempt that
+	// completed (published) the row is not stored: it is read from the
+	// row's lease columns, which no statement changes once it is finished.
 	Attempts []Attempt
 }
 

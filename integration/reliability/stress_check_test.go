@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -90,16 +91,25 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 		raw      string         // the attempts column, for failure messages
 	}
 	final := make(map[uuid.UUID]finalRow, len(ids))
-	rows, err := admin.Query(ctx, "SELECT message_id, status, coalesce(lease_owner, ''), lease_generation, attempt_count, attempts::text FROM "+tableOf(cfg.queue))
+	rows, err := admin.Query(ctx, "SELECT message_id, status, coalesce(lease_owner, ''), lease_generation, attempt_count FROM "+tableOf(cfg.queue))
 	require.NoError(t, err)
 	for rows.Next() {
 		var id uuid.UUID
 		var r finalRow
-		require.NoError(t, rows.Scan(&id, &r.status, &r.owner, &r.gen, &r.attempts, &r.raw))
-		require.NoError(t, json.Unmarshal([]byte(r.raw), &r.history), "attempts of %s", id)
+		require.NoError(t, rows.Scan(&id, &r.status, &r.owner, &r.gen, &r.attempts))
 		final[id] = r
 	}
 	require.NoError(t, rows.Err())
+	// The histories as the API reads them (Row.Attempts): a completed
+	// row's last entry is read from its lease columns, not stored.
+	for id, h := range histories(t, admin, cfg.queue) {
+		r := final[id]
+		raw, err := json.Marshal(h)
+		require.NoError(t, err)
+		r.raw = string(raw)
+		require.NoError(t, json.Unmarshal(raw, &r.history), "attempts of %s", id)
+		final[id] = r
+	}
 	require.Len(t, final, len(ids), "rows lost or added")
 	succeeded := string(cfg.queue.Succeeded())
 	for _, id := range ids {
@@ -320,6 +330,30 @@ func checkStress(t *testing.T, cfg stressConfig, admin *pgx.Conn, ids []uuid.UUI
 	require.NoError(t, err)
 	require.Zero(t, overlaps, "invocations overlapped while both held a valid lease, e.g. %s", example)
 	return res
+}
+
+// histories returns the attempt history of every row of queue q, read
+// with leasing.Postgres.List on a pool of admin's database.
+func histories(t *testing.T, admin *pgx.Conn, q leasing.Queue) map[uuid.UUID][]leasing.Attempt {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), admin.Config().ConnString())
+	require.NoError(t, err)
+	defer pool.Close()
+	store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	out := map[uuid.UUID][]leasing.Attempt{}
+	req := leasing.ListRequest{Limit: leasing.MaxBatchSize}
+	for {
+		page, err := store.List(t.Context(), req)
+		require.NoError(t, err)
+		for _, row := range page.Rows {
+			out[row.ID] = row.Attempts
+		}
+		if page.Next.IsZero() {
+			return out
+		}
+		req.After = page.Next
+	}
 }
 
 // historyEntry is what the check reads of one entry of a row's attempts
