@@ -32,6 +32,14 @@ func scriptName(q leasing.Queue) string {
 	return "inbox_claim_complete.pgbench"
 }
 
+// hotPathOptions are the settings the store gives each claim and fenced
+// write (UseHotPathSettings, lock_timeout aside), as pgbench's session
+// options, so that the loop runs the plans the store runs: generic, never
+// JIT-compiled. Without them a claim's plan on a table of a few hundred
+// thousand rows can be JIT-compiled on every call. TestPgbenchSettings
+// keeps them in step with the statement.
+const hotPathOptions = "-c plan_cache_mode=force_generic_plan -c jit=off"
+
 // findPgbench returns the pgbench binary to run, or "" and why there is none.
 func findPgbench(configured string) (path, why string) {
 	if configured != "" {
@@ -103,6 +111,7 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 	}
 	progress.status("pgbench: draining %d messages with %d clients, batch %d", want, cfg.Workers, cfg.BatchSize)
 	cmd := exec.CommandContext(ctx, pgbench, args...)
+	cmd.Env = append(os.Environ(), "PGOPTIONS="+strings.TrimSpace(os.Getenv("PGOPTIONS")+" "+hotPathOptions))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

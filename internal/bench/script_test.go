@@ -42,6 +42,21 @@ func TestPgbenchScripts(t *testing.T) {
 	}
 }
 
+// TestPgbenchSettings: the pgbench loop's session options set what
+// UseHotPathSettings sets for the store's hot path (lock_timeout aside).
+func TestPgbenchSettings(t *testing.T) {
+	t.Parallel()
+	settings := captured(t, func(db gen.DBTX) error {
+		return gen.New().UseHotPathSettings(context.Background(), db, gen.UseHotPathSettingsParams{})
+	})
+	var want []string
+	for _, m := range regexp.MustCompile(`set_config\('(\w+)', '([^']*)', true\)`).FindAllStringSubmatch(settings, -1) {
+		want = append(want, "-c "+m[1]+"="+m[2])
+	}
+	require.Len(t, want, 2, "UseHotPathSettings: %s", settings)
+	require.Equal(t, strings.Join(want, " "), hotPathOptions)
+}
+
 // expectedScript builds the pgbench script of queue q from the generated
 // statements.
 func expectedScript(t *testing.T, q leasing.Queue) string {
