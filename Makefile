@@ -61,8 +61,8 @@ demo: db-start ## Two processor instances share the inbox and the outbox (exampl
 stress: db-start ## Long reliability runs: 100k-message stress, faults, restart, differential, fuzz.
 	bash scripts/stress.sh
 
-bench: db-start ## Drain benchmark against pgbench's raw loop (leasectl bench).
-	cd cmd/leasectl && go run . bench --rounds 5
+bench: db-start ## Drain benchmark: API loop and processors against pgbench's raw loop (leasectl bench).
+	cd cmd/leasectl && go run . bench --rounds 5 --processors
 
 bench-river: db-start ## Processor beside River's bench configuration, alternating rounds (internal/bench/river).
 	cd internal/bench/river && GOWORK=off go vet . && GOWORK=off go run . -jobs 100000 -rounds 3 && \

@@ -168,7 +168,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		}
 		res.Sampled, res.Steady = &d, steady
 	}
-	var ratios, keyedRatios []float64
+	var ratios, procRatios, keyedRatios []float64
 	for i := range cfg.Rounds {
 		roundCfg := cfg
 		if i > 0 || sampleApart {
@@ -205,6 +205,20 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 				res.Raw = &raw
 			}
 		}
+		if cfg.Processors {
+			if err := refill(fmt.Sprintf("processors, round %d of %d", i+1, cfg.Rounds), 0); err != nil {
+				return err
+			}
+			proc, err := drainProcessors(ctx, cfg, dbURL, pool, t, progress)
+			if err != nil {
+				return err
+			}
+			round.Processor = &proc
+			if round.Raw != nil && round.Raw.MessagesPerSecond > 0 {
+				round.ProcessorVsRaw = proc.MessagesPerSecond / round.Raw.MessagesPerSecond
+				procRatios = append(procRatios, round.ProcessorVsRaw)
+			}
+		}
 		if cfg.OrderingKeys > 0 {
 			if err := refill(fmt.Sprintf("%d ordering keys, round %d of %d", cfg.OrderingKeys, i+1, cfg.Rounds), cfg.OrderingKeys); err != nil {
 				return err
@@ -230,6 +244,7 @@ func run(ctx context.Context, cfg Config, dbURL string, res *Result) error {
 		res.Rounds = append(res.Rounds, round)
 	}
 	res.APIVsRaw = median(ratios)
+	res.ProcessorVsRaw = median(procRatios)
 	res.KeyedVsUnkeyed = median(keyedRatios)
 	return nil
 }

@@ -69,6 +69,11 @@ type Config struct {
 	TopicRows int
 	// SkipRaw skips the pgbench baseline.
 	SkipRaw bool
+	// Processors adds to each round a drain by Workers processors
+	// (processor.New) sharing one pool, each with Concurrency and
+	// BatchSize both BatchSize and a no-op handler, compared with the
+	// round's pgbench drain. Defaults to false.
+	Processors bool
 	// Rounds is the number of API + pgbench drain pairs, run alternately,
 	// each drain on a freshly filled table; the ratio reported is their
 	// median. With SkipRaw the rounds are API drains only. Defaults to 1.

@@ -39,6 +39,9 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 		if r.Raw != nil {
 			writeDrain(&b, res, r.Raw)
 		}
+		if r.Processor != nil {
+			writeDrain(&b, res, r.Processor)
+		}
 		if r.Keyed != nil {
 			writeDrain(&b, res, r.Keyed)
 		}
@@ -62,6 +65,13 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 			fmt.Fprintf(&b, "leasing / pgbench: %.2f\n", res.APIVsRaw)
 		}
 	}
+	if res.ProcessorVsRaw > 0 {
+		ratios := make([]string, 0, len(res.Rounds))
+		for _, r := range res.Rounds {
+			ratios = append(ratios, fmt.Sprintf("%.2f", r.ProcessorVsRaw))
+		}
+		fmt.Fprintf(&b, "processor / pgbench: %.2f, the median of %d rounds (%s)\n", res.ProcessorVsRaw, len(res.Rounds), strings.Join(ratios, ", "))
+	}
 	if res.RawSkipped != "" {
 		fmt.Fprintf(&b, "pgbench baseline skipped: %s\n", res.RawSkipped)
 	}
@@ -79,8 +89,11 @@ func writeText(w io.Writer, res Result, dbURL string) error {
 // writeDrain writes drain d of res: its rate, its latencies and whether it
 // verified.
 func writeDrain(b *strings.Builder, res Result, d *Drain) {
-	fmt.Fprintf(b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d, %d claims (%d empty), %d VACUUMs, %d autovacuums",
-		d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize, d.Claims, d.EmptyClaims, d.Vacuums, d.Autovacuums)
+	fmt.Fprintf(b, "%-8s drained %d in %.2f s: %.0f messages/s, %d workers, batch %d", d.Method, res.Drained, d.Seconds, d.MessagesPerSecond, res.Workers, res.BatchSize)
+	if d.Method != "processor" { // the processors' claims are not counted
+		fmt.Fprintf(b, ", %d claims (%d empty)", d.Claims, d.EmptyClaims)
+	}
+	fmt.Fprintf(b, ", %d VACUUMs, %d autovacuums", d.Vacuums, d.Autovacuums)
 	if d.Method == "keyed" {
 		fmt.Fprintf(b, ", %d VACUUMs of the keys' table", d.KeyVacuums)
 	}
@@ -90,6 +103,8 @@ func writeDrain(b *strings.Builder, res Result, d *Drain) {
 		} else {
 			fmt.Fprintf(b, "\n         two round trips per batch: claim p50 %.3f ms p99 %.3f ms; complete p50 %.3f ms p99 %.3f ms", d.ClaimP50Ms, d.ClaimP99Ms, d.CompleteP50Ms, d.CompleteP99Ms)
 		}
+	} else if d.Method == "processor" {
+		fmt.Fprintf(b, "\n         %d processors, Concurrency %d each, no-op handler", res.Workers, res.BatchSize)
 	} else {
 		fmt.Fprintf(b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
 	}

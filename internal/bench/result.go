@@ -60,6 +60,9 @@ type Result struct {
 	// the rounds (the mean of the middle two for an even count); 0 without
 	// both drains.
 	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
+	// ProcessorVsRaw is the same for the processors' drains
+	// (Config.Processors); 0 without both.
+	ProcessorVsRaw float64 `json:"processor_vs_raw,omitempty"`
 	// Steady is the claim cost sampled during Sampled, or during the first
 	// round's API drain; nil when sampling is off or the drain was skipped.
 	Steady *Steady `json:"steady_state,omitempty"`
@@ -80,13 +83,17 @@ type Round struct {
 	Raw *Drain `json:"raw,omitempty"`
 	// APIVsRaw is API messages/s divided by Raw messages/s; 0 without Raw.
 	APIVsRaw float64 `json:"api_vs_raw,omitempty"`
+	// Processor is the processors' drain (Config.Processors), and
+	// ProcessorVsRaw its messages/s over Raw's; nil and 0 without it.
+	Processor      *Drain  `json:"processor,omitempty"`
+	ProcessorVsRaw float64 `json:"processor_vs_raw,omitempty"`
 	// Keyed is the drain of keyed messages after API (OrderingKeys), and
 	// KeyedVsUnkeyed its messages/s over API's; nil and 0 without keys.
 	Keyed          *Drain  `json:"keyed,omitempty"`
 	KeyedVsUnkeyed float64 `json:"keyed_vs_unkeyed,omitempty"`
 }
 
-// Drains returns every drain of res, API and pgbench, in the order they ran.
+// Drains returns every drain of res, in the order they ran.
 func (res Result) Drains() []*Drain {
 	var out []*Drain
 	if res.Sampled != nil {
@@ -96,6 +103,9 @@ func (res Result) Drains() []*Drain {
 		out = append(out, r.API)
 		if r.Raw != nil {
 			out = append(out, r.Raw)
+		}
+		if r.Processor != nil {
+			out = append(out, r.Processor)
 		}
 		if r.Keyed != nil {
 			out = append(out, r.Keyed)
@@ -130,7 +140,8 @@ func costOf(p explain.ClaimPlan, withPlan bool) ClaimCost {
 // Drain is one drain's throughput and latency. Latencies are per call, in
 // milliseconds, as the client saw them.
 type Drain struct {
-	// Method is "leasing" (the Go API) or "pgbench" (raw SQL).
+	// Method is "leasing" (the Go API), "pgbench" (raw SQL), "processor"
+	// (Config.Processors) or "keyed" (Config.OrderingKeys).
 	Method            string  `json:"method"`
 	Seconds           float64 `json:"seconds"`
 	MessagesPerSecond float64 `json:"messages_per_second"`

@@ -18,18 +18,20 @@ import (
 // requires every drain to verify (every message completed exactly once,
 // other rows untouched) and, on Linux, to report its client's CPU time.
 // With the baseline the claim-cost samples come from a drain of their own.
+// The outbox's rounds also drain with processors (Config.Processors).
 func TestBenchRun(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		q      leasing.Queue
-		rounds int
-	}{{leasing.Inbox, 1}, {leasing.Outbox, 2}} {
+		q          leasing.Queue
+		rounds     int
+		processors bool
+	}{{leasing.Inbox, 1, false}, {leasing.Outbox, 2, true}} {
 		t.Run(string(c.q), func(t *testing.T) {
 			t.Parallel()
 			var out bytes.Buffer
 			res, err := bench.Run(t.Context(), bench.Config{
 				AdminURL: dbtest.URL(t), Queue: c.q, Messages: 1_000, TerminalRows: 500, DeferredRows: 50,
-				ExpiredLeases: 20, Workers: 3, BatchSize: 7, SampleEvery: 200, Rounds: c.rounds,
+				ExpiredLeases: 20, Workers: 3, BatchSize: 7, SampleEvery: 200, Rounds: c.rounds, Processors: c.processors,
 			}, &out)
 			require.NoError(t, err, out.String())
 			t.Log(out.String())
@@ -41,6 +43,9 @@ func TestBenchRun(t *testing.T) {
 			require.False(t, res.Clean.SortOverEligible)
 			require.NotNil(t, res.Steady)
 			require.Len(t, res.Rounds, c.rounds)
+			for _, r := range res.Rounds {
+				require.Equal(t, c.processors, r.Processor != nil)
+			}
 			for _, d := range res.Drains() {
 				require.True(t, d.Verified, "%s: %s", d.Method, d.Problem)
 				if runtime.GOOS == "linux" { // elsewhere the figure may be unknown (0)
@@ -53,7 +58,13 @@ func TestBenchRun(t *testing.T) {
 			}
 			// The sampled drain ran apart from the compared rounds.
 			require.NotNil(t, res.Sampled)
-			require.Len(t, res.Drains(), 1+2*c.rounds)
+			drains := 1 + 2*c.rounds
+			if c.processors {
+				drains += c.rounds
+				require.Positive(t, res.ProcessorVsRaw)
+				require.Contains(t, out.String(), "processor / pgbench: ")
+			}
+			require.Len(t, res.Drains(), drains)
 			require.Positive(t, res.APIVsRaw)
 		})
 	}
