@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -238,11 +239,16 @@ func (w *writer) run() {
 	}
 }
 
-// write issues one store call per kind of outcome in batch.
+// write issues one store call per kind of outcome in batch. A batch of
+// one kind, the usual one, is written as it is, not copied.
 func (w *writer) write(batch []pendingWrite) {
 	var groups [writeKinds][]pendingWrite
-	for _, pw := range batch {
-		groups[pw.kind] = append(groups[pw.kind], pw)
+	if oneKind(batch) {
+		groups[batch[0].kind] = batch
+	} else {
+		for _, pw := range batch {
+			groups[pw.kind] = append(groups[pw.kind], pw)
+		}
 	}
 	for kind, g := range groups {
 		for len(g) > 0 {
@@ -393,12 +399,26 @@ func leasesOf(g []pendingWrite) []leasing.Lease {
 	return leases
 }
 
+// oneKind reports whether every outcome in batch is of one kind.
+func oneKind(batch []pendingWrite) bool {
+	for _, pw := range batch {
+		if pw.kind != batch[0].kind {
+			return false
+		}
+	}
+	return true
+}
+
 // keyParts splits g into the outcomes of each ordering key (tenant and key,
 // in order of first appearance) and one part of the unkeyed ones, for
-// completions and dead letters; it returns nil for other kinds.
+// completions and dead letters; it returns nil for other kinds, and g
+// itself as the one part when no outcome in it is keyed.
 func keyParts(kind writeKind, g []pendingWrite) [][]pendingWrite {
 	if kind != writeComplete && kind != writeDeadLetter {
 		return nil
+	}
+	if !slices.ContainsFunc(g, func(pw pendingWrite) bool { return pw.failure.Lease.Message.OrderingKey != "" }) {
+		return [][]pendingWrite{g}
 	}
 	type key struct{ tenant, key string }
 	index := map[key]int{}
