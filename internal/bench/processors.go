@@ -44,73 +44,28 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 		return Drain{}, err
 	}
 
-	var (
-		handled  atomic.Int64
-		all      = make(chan struct{})
-		errMu    sync.Mutex
-		firstErr error
-	)
-	handler := func(context.Context, leasing.Lease) error {
-		if handled.Add(1) == want {
-			close(all)
-		}
-		return nil
-	}
-	onError := func(err error) {
-		errMu.Lock()
-		defer errMu.Unlock()
-		if firstErr == nil {
-			firstErr = fmt.Errorf("bench: processor: %w", err)
-		}
-	}
-	procs := make([]*processor.Processor, cfg.Workers)
-	for i := range procs {
-		store, err := leasing.NewPostgres(pp, cfg.Queue, leasing.PostgresOptions{})
-		if err != nil {
-			return Drain{}, err
-		}
-		procs[i], err = processor.New(store, handler, processor.Options{
-			Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, LeaseDuration: cfg.LeaseFor,
-			PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true}, OnError: onError,
-		})
-		if err != nil {
-			return Drain{}, err
-		}
-	}
 	vac0, _, err := tableStats(ctx, pool, t)
 	if err != nil {
 		return Drain{}, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	stopVacuum, err := keepVacuumed(runCtx, cfg, pool)
+	stopVacuum, err := keepVacuumed(ctx, cfg, pool)
 	if err != nil {
 		return Drain{}, err
 	}
+	var handled atomic.Int64
 	stopProgress := progress.drain("processor", want, &handled)
-	var wg sync.WaitGroup
 	cpu0, cpuKnown := ProcessCPU()
-	start := time.Now()
-	for _, p := range procs {
-		wg.Go(func() { _ = p.Run(runCtx) })
-	}
-	select {
-	case <-all:
-	case <-ctx.Done():
-	}
-	stop()
-	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, err := RunProcessors(ctx, pp, cfg.Queue, ProcessorDrain{
+		Processors: cfg.Workers, Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, Handled: &handled,
+		Options: processor.Options{LeaseDuration: cfg.LeaseFor, PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true}},
+	}, want)
 	cpu1, _ := ProcessCPU()
 	stopProgress()
-	if err := stopVacuum(); err != nil {
-		return Drain{}, err
+	if vacErr := stopVacuum(); err == nil {
+		err = vacErr
 	}
-	if err := ctx.Err(); err != nil {
-		return Drain{}, err
-	}
-	if firstErr != nil {
-		return Drain{}, firstErr
+	if err != nil {
+		return Drain{}, fmt.Errorf("bench: %w", err)
 	}
 
 	d := Drain{Method: "processor", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds()}
@@ -124,4 +79,87 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 		d.Verified, d.Problem = false, fmt.Sprintf("%d handler calls for %d messages", n, want)
 	}
 	return d, nil
+}
+
+// ProcessorDrain is a drain by processors that share one pool.
+type ProcessorDrain struct {
+	// Processors, Concurrency and BatchSize shape it: Processors
+	// processors (processor.New), each with that Concurrency and BatchSize.
+	Processors, Concurrency, BatchSize int
+	// Options are the rest of each processor's options; RunProcessors sets
+	// Concurrency, BatchSize and OnError.
+	Options processor.Options
+	// Work is what each handler call does before it returns (nil: nothing).
+	Work func(context.Context) error
+	// Handled counts the handler calls that returned nil; may be nil.
+	Handled *atomic.Int64
+}
+
+// RunProcessors runs d's processors on queue q of pool until their
+// handlers have returned nil want times, then stops them and waits for
+// every Run to return, its outcomes written. It returns the time from the
+// first Run to the last return.
+//
+// Errors: processor.New's, the first error a processor reported to
+// OnError, or ctx's, with the handler calls made.
+func RunProcessors(ctx context.Context, pool *pgxpool.Pool, q leasing.Queue, d ProcessorDrain, want int64) (time.Duration, error) {
+	handled := d.Handled
+	if handled == nil {
+		handled = new(atomic.Int64)
+	}
+	all := make(chan struct{})
+	handler := func(ctx context.Context, _ leasing.Lease) error {
+		if d.Work != nil {
+			if err := d.Work(ctx); err != nil {
+				return err
+			}
+		}
+		if handled.Add(1) == want {
+			close(all)
+		}
+		return nil
+	}
+	var (
+		errMu    sync.Mutex
+		firstErr error
+	)
+	opts := d.Options
+	opts.Concurrency, opts.BatchSize = d.Concurrency, d.BatchSize
+	opts.OnError = func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		if firstErr == nil {
+			firstErr = fmt.Errorf("processor: %w", err)
+		}
+	}
+	procs := make([]*processor.Processor, d.Processors)
+	for i := range procs {
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if procs[i], err = processor.New(store, handler, opts); err != nil {
+			return 0, err
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, p := range procs {
+		wg.Go(func() { _ = p.Run(runCtx) })
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	stop()
+	wg.Wait()
+	took := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%d of %d handled: %w", handled.Load(), want, err)
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	return took, firstErr
 }

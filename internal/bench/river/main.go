@@ -33,8 +33,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +41,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/leasestore/leasestore/db"
+	"github.com/leasestore/leasestore/internal/bench"
 	"github.com/leasestore/leasestore/internal/pgadmin"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
@@ -327,60 +326,13 @@ func drainProcessors(ctx context.Context, pool *pgxpool.Pool, cfg config, s shap
 	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) inbox_messages"); err != nil {
 		return 0, err
 	}
-	var handled atomic.Int64
-	all := make(chan struct{})
-	handler := func(ctx context.Context, _ leasing.Lease) error {
-		if err := sleep(ctx, cfg.work); err != nil {
-			return err
-		}
-		if handled.Add(1) == int64(cfg.jobs) {
-			close(all)
-		}
-		return nil
-	}
-	var (
-		errMu sync.Mutex
-		first error
-	)
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	procs := make([]*processor.Processor, s.processors)
-	for i := range procs {
-		store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
-		if err != nil {
-			return 0, err
-		}
-		procs[i], err = processor.New(store, handler, processor.Options{
-			BatchSize: s.batch, Concurrency: s.concurrency, PollInterval: 10 * time.Millisecond, MergeCompletions: s.merge,
-			OnError: func(err error) {
-				errMu.Lock()
-				if first == nil {
-					first = err
-				}
-				errMu.Unlock()
-			},
-		})
-		if err != nil {
-			return 0, err
-		}
-	}
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, p := range procs {
-		wg.Go(func() { _ = p.Run(runCtx) })
-	}
-	select {
-	case <-all:
-	case <-ctx.Done():
-	}
-	stop()
-	wg.Wait()
-	took := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%d of %d handled: %w", handled.Load(), cfg.jobs, err)
-	}
-	if first != nil {
-		return 0, first
+	took, err := bench.RunProcessors(ctx, pool, leasing.Inbox, bench.ProcessorDrain{
+		Processors: s.processors, Concurrency: s.concurrency, BatchSize: s.batch,
+		Options: processor.Options{PollInterval: 10 * time.Millisecond, MergeCompletions: s.merge},
+		Work:    func(ctx context.Context) error { return sleep(ctx, cfg.work) },
+	}, int64(cfg.jobs))
+	if err != nil {
+		return 0, err
 	}
 	var left int64
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM inbox_messages WHERE status <> 'completed'").Scan(&left); err != nil {
