@@ -53,3 +53,118 @@ func TestProcessorClaimsAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessorPipelinesClaims: while a backlog drains and its workers
+// wait for leases, a New processor claiming batches of at most 100 has a
+// second claim in flight, never a third; its first claim, before any claim
+// has taken a full batch, goes alone. One with larger batches, and a
+// NewBatch processor, have one claim in flight at most. Every message is
+// handled once.
+func TestProcessorPipelinesClaims(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name              string
+		batch             bool
+		concurrency, size int
+		most              int32 // claims in flight at once
+	}{
+		{"New", false, 8, 4, 2},
+		{"NewBatchOf100", false, 200, 100, 2},
+		{"NewBatchOf101", false, 202, 101, 1},
+		{"NewBatch", true, 8, 4, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupProcessor(t, leasing.Inbox)
+			n := 4 * tc.size
+			b.enqueue(t, n)
+			gate := make(chan struct{}) // each receive lets one claim through
+			var inFlight, most atomic.Int32
+			store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+				now := inFlight.Add(1)
+				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+				}
+				defer inFlight.Add(-1)
+				<-gate
+				return b.mem.Claim(ctx, req)
+			}}
+			var handled atomic.Int32
+			opts := processor.Options{Concurrency: tc.concurrency, BatchSize: tc.size}
+			if tc.batch {
+				b.startBatch(t, store, func(_ context.Context, leases []leasing.Lease) []error {
+					handled.Add(int32(len(leases)))
+					return make([]error, len(leases))
+				}, opts)
+			} else {
+				b.start(t, store, func(context.Context, leasing.Lease) error {
+					handled.Add(1)
+					return nil
+				}, opts)
+			}
+
+			waitFor(t, func() bool { return inFlight.Load() == 1 }, "first claim sent")
+			time.Sleep(20 * time.Millisecond) // four poll intervals
+			require.EqualValues(t, 1, inFlight.Load(), "a second claim before any claim took a full batch")
+			gate <- struct{}{}
+			waitFor(t, func() bool { return inFlight.Load() == tc.most }, "claims in flight after a full batch")
+			time.Sleep(20 * time.Millisecond)
+			require.Equal(t, tc.most, inFlight.Load())
+
+			close(gate)
+			waitFor(t, func() bool {
+				st, err := b.mem.Stats(context.Background())
+				return err == nil && st.Depth[leasing.StatusCompleted] == int64(n)
+			}, "drained")
+			require.EqualValues(t, n, handled.Load())
+			require.Equal(t, tc.most, most.Load())
+		})
+	}
+}
+
+// TestProcessorDispatchesDuringClaim: a worker that finishes while a claim
+// is in flight starts the next waiting lease at once, without waiting for
+// the claim to return.
+func TestProcessorDispatchesDuringClaim(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 40)
+	gate := make(chan struct{}) // each receive lets one claim through
+	var inFlight atomic.Int32
+	store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		<-gate
+		return b.mem.Claim(ctx, req)
+	}}
+	release := make(chan struct{}) // each receive lets one handler return
+	var started atomic.Int32
+	b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, processor.Options{Concurrency: 4, BatchSize: 4, ShutdownGrace: time.Second})
+	defer close(release)
+	defer close(gate)
+	leased := func() int64 {
+		st, err := b.mem.Stats(context.Background())
+		require.NoError(t, err)
+		return st.Depth[leasing.StatusProcessing]
+	}
+
+	gate <- struct{}{} // the first batch: four running
+	waitFor(t, func() bool { return started.Load() == 4 }, "first batch started")
+	gate <- struct{}{} // claimed ahead: four waiting
+	waitFor(t, func() bool { return leased() == 8 && inFlight.Load() == 0 }, "second batch waiting")
+	for range 3 {
+		release <- struct{}{}
+	}
+	// Three of the waiting leases start; one waits, fewer than half a
+	// batch, so the third claim goes and stays in flight.
+	waitFor(t, func() bool { return started.Load() == 7 && inFlight.Load() == 1 }, "third claim in flight")
+	release <- struct{}{}
+	waitFor(t, func() bool { return started.Load() == 8 }, "last waiting lease started during the claim")
+	require.EqualValues(t, 1, inFlight.Load())
+}
