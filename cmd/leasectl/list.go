@@ -140,13 +140,22 @@ func runList(ctx context.Context, c *cli, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MESSAGE ID\tSTATUS\tTYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
+	outbox := q == leasing.Outbox // the outbox's rows have a topic, the inbox's do not
+	if outbox {
+		fmt.Fprintln(tw, "MESSAGE ID\tSTATUS\tTOPIC\tTYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
+	} else {
+		fmt.Fprintln(tw, "MESSAGE ID\tSTATUS\tTYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
+	}
 	for _, r := range page.Rows {
 		errText := "-"
 		if r.LastError != "" {
 			errText = oneLine(r.LastError, 80)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Status, oneLine(r.Type, 40), stamp(r.CreatedAt), r.AttemptCount, errText)
+		fmt.Fprintf(tw, "%s\t%s\t", r.ID, r.Status)
+		if outbox {
+			fmt.Fprintf(tw, "%s\t", oneLine(r.Topic, 40))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", oneLine(r.Type, 40), stamp(r.CreatedAt), r.AttemptCount, errText)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -62,6 +62,23 @@ func TestListCommand(t *testing.T) {
 	require.Equal(t, "no inbox messages match\n", out)
 }
 
+// TestListOutboxTopics: the outbox's list has a TOPIC column with each
+// row's topic; the inbox's, whose rows have none, does not.
+func TestListOutboxTopics(t *testing.T) {
+	t.Parallel()
+	url := dbtest.DatabaseURL(t)
+	_, err := storeFor(t, url, leasing.Outbox).Enqueue(t.Context(),
+		leasing.NewMessage{Topic: "orders.created", Type: "order", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	listFixture(t, storeFor(t, url, leasing.Inbox))
+
+	lines := strings.Split(requireOK(t, "list", "--queue", "outbox", "--database-url", url), "\n")
+	require.Equal(t, []string{"MESSAGE", "ID", "STATUS", "TOPIC", "TYPE", "CREATED", "AT", "ATTEMPTS", "LAST", "ERROR"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{"pending", "orders.created", "order"}, strings.Fields(lines[1])[1:4])
+	inbox := requireOK(t, "list", "--queue", "inbox", "--database-url", url)
+	require.NotContains(t, inbox, "TOPIC")
+}
+
 func TestGetShowsPayload(t *testing.T) {
 	t.Parallel()
 	url := dbtest.DatabaseURL(t)
