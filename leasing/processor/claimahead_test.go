@@ -2,10 +2,12 @@ package processor_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
@@ -167,4 +169,151 @@ func TestProcessorDispatchesDuringClaim(t *testing.T) {
 	release <- struct{}{}
 	waitFor(t, func() bool { return started.Load() == 8 }, "last waiting lease started during the claim")
 	require.EqualValues(t, 1, inFlight.Load())
+}
+
+// TestProcessorReleasesClaimInFlightOfOpenBreaker: when a breaker opens
+// while a claim is in flight, the claim's leases of the open topic are
+// released when it returns; their handlers do not start.
+func TestProcessorReleasesClaimInFlightOfOpenBreaker(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 6)
+	gate := make(chan struct{})
+	var claims atomic.Int32
+	store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+		if claims.Add(1) == 2 {
+			<-gate // the second claim is in flight while the breaker opens
+		}
+		return b.mem.Claim(ctx, req)
+	}}
+	fail, release := make(chan struct{}), make(chan struct{})
+	var started atomic.Int32
+	r := b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
+		if started.Add(1) == 1 {
+			<-fail
+			return processor.Unavailable(errors.New("down"))
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, processor.Options{Concurrency: 2, BatchSize: 2, ShutdownGrace: time.Second,
+		Breaker: processor.BreakerPolicy{Threshold: 1, ProbeInterval: time.Hour, MaxProbeInterval: time.Hour}})
+	defer close(release)
+
+	waitFor(t, func() bool { return started.Load() == 2 && claims.Load() == 2 }, "two running, second claim in flight")
+	close(fail) // the breaker of type "test" opens
+	waitFor(t, func() bool { return len(r.p.Health().OpenBreakers) == 1 }, "breaker open")
+	time.Sleep(20 * time.Millisecond) // the loop has looked at the opening
+	close(gate)                       // the claim sent before the opening returns two "test" leases
+	time.Sleep(100 * time.Millisecond)
+	require.EqualValues(t, 2, started.Load(), "a handler started on a lease of an open breaker's topic")
+}
+
+// TestProcessorOlderEmptyClaimKeepsBacklogDue: with two claims in flight,
+// an older claim that found nothing and returns after a newer one that
+// took a full batch does not stop the drain: the backlog is claimed at
+// once, not at the next poll.
+func TestProcessorOlderEmptyClaimKeepsBacklogDue(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 4)
+	gateA := make(chan struct{})
+	aClaimed := make(chan struct{})
+	var claims atomic.Int32
+	store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+		if claims.Add(1) == 2 { // A: takes what is due now (nothing), returns late
+			leases, err := b.mem.Claim(ctx, req)
+			close(aClaimed)
+			<-gateA
+			return leases, err
+		}
+		return b.mem.Claim(ctx, req)
+	}}
+	release := make(chan struct{})
+	b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, processor.Options{Concurrency: 4, BatchSize: 4, PollInterval: 10 * time.Second, ShutdownGrace: time.Second})
+
+	<-aClaimed       // claim 1 took 4 (full), all running; A took nothing and is held
+	b.enqueue(t, 12) // a backlog arrives
+	release <- struct{}{}
+	// a slot free, none waiting, last claim full: B goes and takes a full batch
+	waitFor(t, func() bool { return claims.Load() == 3 }, "B sent")
+	time.Sleep(20 * time.Millisecond)
+	close(gateA) // the older, empty result comes last
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	waitFor(t, func() bool {
+		st, err := b.mem.Stats(context.Background())
+		return err == nil && st.Depth[leasing.StatusCompleted] == 16
+	}, "backlog drained without waiting for PollInterval")
+}
+
+// TestProcessorStopReleasesClaimInFlight: the leases of a claim in flight
+// when Stop is called are released, their handlers not started.
+func TestProcessorStopReleasesClaimInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 10)
+	gate := make(chan struct{})
+	var claims atomic.Int32
+	store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+		claims.Add(1)
+		leases, err := b.mem.Claim(ctx, req)
+		<-gate
+		return leases, err
+	}}
+	r := b.start(t, store, func(ctx context.Context, _ leasing.Lease) error { return nil },
+		processor.Options{Concurrency: 4, BatchSize: 4})
+	waitFor(t, func() bool { return claims.Load() == 1 }, "claim in flight")
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.stop(t) }()
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	require.NoError(t, <-stopped)
+	st, err := b.mem.Stats(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, st.Depth[leasing.StatusProcessing])
+	require.EqualValues(t, 10, st.Depth[leasing.StatusPending])
+}
+
+// sweepCounter counts the orphan sweeps of a privilegeStore.
+type sweepCounter struct {
+	privilegeStore
+	sweeps atomic.Int32
+}
+
+func (s *sweepCounter) ReleaseOrphans(ctx context.Context, owner string, held []uuid.UUID) ([]uuid.UUID, error) {
+	s.sweeps.Add(1)
+	return s.privilegeStore.storeHooks.Store.ReleaseOrphans(ctx, owner, held)
+}
+
+// TestProcessorFailedPrivilegeCheckSweepsNothing: a privilege check that
+// could not tell sent no claim, so no orphan sweep follows it (a failed
+// claim is followed by sweeps).
+func TestProcessorFailedPrivilegeCheckSweepsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupProcessor(t, leasing.Inbox)
+	b.enqueue(t, 3)
+	s := &sweepCounter{}
+	s.storeHooks = storeHooks{Store: b.mem}
+	var n atomic.Int32
+	s.checkFn = func() error {
+		if n.Add(1) == 1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}
+	b.start(t, s, func(context.Context, leasing.Lease) error { return nil }, processor.Options{Concurrency: 1, BatchSize: 1})
+	waitFor(t, func() bool {
+		st, err := b.mem.Stats(context.Background())
+		return err == nil && st.Depth[leasing.StatusCompleted] == 3
+	}, "drained")
+	require.Zero(t, s.sweeps.Load(), "orphan sweeps after a privilege check that sent no claim")
 }

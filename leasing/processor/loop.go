@@ -16,7 +16,7 @@ import (
 
 // run is the state of one Run call: the claim loop, which claims batches
 // and dispatches their leases to workers. Only the loop goroutine touches
-// waiting, running, sched, claiming, wokeWhileClaiming, sweepUntil and
+// waiting, running, sched, claiming, claimsSent, wakes, sweepUntil and
 // allowed; the leases are in the book.
 type run struct {
 	p        *Processor
@@ -32,9 +32,10 @@ type run struct {
 	// Claims run on goroutines of their own, so that the loop goes on
 	// starting waiting leases as slots free meanwhile; at most
 	// maxClaimsInFlight at once (see claimWanted).
-	claiming          int              // claims in flight; their results come on claimed
-	claimed           chan claimResult // capacity maxClaimsInFlight
-	wokeWhileClaiming bool             // the WorkSignal woke the loop during a claim in flight
+	claiming   int              // claims in flight; their results come on claimed
+	claimed    chan claimResult // capacity maxClaimsInFlight
+	claimsSent int64            // claims started so far: the newest one's claimResult.seq
+	wakes      int64            // WorkSignal wakes so far
 
 	sched      schedule  // when to claim: the next poll and the early-claim deadlines
 	openings   int64     // breaker openings the loop has released the waiting leases for
@@ -82,12 +83,20 @@ func (r *run) loop(ctx context.Context) {
 	due := true   // whether due messages may be waiting: claim when a slot frees
 	full := false // the last claim to return took a full batch: a backlog drains
 	var idle pollBackoff
-	// claimEnded records a claim's result: whether more may be due, the
-	// next poll, and the leases to dispatch.
+	// claimEnded records a claim's result: the leases to dispatch, whether
+	// more may be due, and the next poll. More may be due after a full
+	// batch, or after a wake that came once the claim was sent; else the
+	// newest claim sent decides, not an older one that returns after it.
 	claimEnded := func(res claimResult) {
-		r.waiting = append(r.waiting, res.held...)
-		due, full = res.full, res.full
-		if res.found < 0 {
+		r.waiting = append(r.waiting, r.releaseOpened(res)...)
+		switch {
+		case res.full || r.wakes != res.wakes:
+			due = true
+		case res.seq == r.claimsSent:
+			due = false
+		}
+		full = res.full
+		if res.sweep {
 			// The claim may have committed before its reply was lost:
 			// sweep for one lease duration from now, when such leases
 			// have expired.
@@ -130,10 +139,6 @@ func (r *run) loop(ctx context.Context) {
 		case res := <-r.claimed:
 			r.claiming--
 			claimEnded(res)
-			if r.wokeWhileClaiming {
-				r.wokeWhileClaiming = false
-				due = true
-			}
 		case <-poll.C:
 			due = true
 		case _, ok := <-wake:
@@ -141,7 +146,7 @@ func (r *run) loop(ctx context.Context) {
 				wake = nil // a closed signal must not spin the loop
 			}
 			due = true
-			r.wokeWhileClaiming = r.claiming > 0
+			r.wakes++
 		case <-r.freed:
 			r.running -= int(r.finished.Swap(0))
 		case <-r.earlyClaim:
@@ -243,14 +248,18 @@ func (b *pollBackoff) next(found bool, ceiling time.Duration) time.Duration {
 	return min(b.wait, ceiling)
 }
 
-// claimResult is what one claim took: when it was sent, the leases it
-// took, in claim order, whether the batch was full, and how many messages
-// it took (leased or parked), -1 when it failed.
+// claimResult is what one claim took, and what the loop knew when it was
+// sent.
 type claimResult struct {
-	sent  time.Time
-	held  []*heldLease
-	full  bool
-	found int
+	seq      int64        // the claim's number: run.claimsSent when it was sent
+	sent     time.Time    // when it was sent
+	wakes    int64        // run.wakes when it was sent
+	openings int64        // the breaker's openings when it was sent
+	held     []*heldLease // the leases it took, in claim order: the claim's, then the probes'
+	claimed  int          // how many of held the claim took, the rest are probes'
+	full     bool         // the claim took a full batch
+	found    int          // messages taken, leased or parked; -1 when it failed
+	sweep    bool         // a claim failed after it was sent: it may have committed leases
 }
 
 // startClaim starts one claim on a goroutine of its own, which sends its
@@ -261,13 +270,15 @@ type claimResult struct {
 // a sweep runs only with no claim in flight (claimWanted).
 func (r *run) startClaim() (failed claimResult, started bool) {
 	p := r.p
-	sent := time.Now()
+	r.claimsSent++
+	res := claimResult{seq: r.claimsSent, sent: time.Now(), wakes: r.wakes, found: -1}
 	if !r.allowed && !r.checkPrivileges() {
-		return claimResult{sent: sent, found: -1}, false
+		return res, false
 	}
 	if time.Now().Before(r.sweepUntil) && !r.sweepOrphans() {
-		return claimResult{sent: sent, found: -1}, false
+		return res, false
 	}
+	res.openings, res.found = p.breaker.openings(), 0
 	plan := p.breaker.plan(time.Now())
 	if !plan.nextProbe.IsZero() {
 		r.sched.addDeadline(plan.nextProbe)
@@ -275,10 +286,10 @@ func (r *run) startClaim() (failed claimResult, started bool) {
 	claim, probes := plan.requests(p.claimRequest)
 	r.claiming++
 	go func() {
-		res := claimResult{sent: sent}
 		if claim != nil && r.claimOnce(*claim, true, &res) {
 			res.full = res.found >= claim.BatchSize
 		}
+		res.claimed = len(res.held)
 		for _, probe := range probes { // one message each
 			if res.found < 0 || !r.claimOnce(probe, false, &res) {
 				break
@@ -292,7 +303,7 @@ func (r *run) startClaim() (failed claimResult, started bool) {
 // claimOnce sends one claim of req and adds its leases and the messages
 // it took (leased or parked) to res; with merge, the completions the
 // writer holds go with it. When it fails it marks res failed (found -1,
-// not full) and reports false.
+// not full, sweep) and reports false.
 func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) bool {
 	p := r.p
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
@@ -317,7 +328,7 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) 
 	}
 	base := p.ev.claimed(r.base, sent, leases, pe, err)
 	if err != nil {
-		res.found, res.full = -1, false
+		res.found, res.full, res.sweep = -1, false, true
 		return false
 	}
 	found := len(leases)
@@ -365,26 +376,42 @@ func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, req lea
 // releaseHeld releases, once a breaker has opened, the waiting leases
 // (handlers not started) of the topics whose breaker is open, their
 // attempts returned: they would only meet the unavailable destination.
-// Leases claimed later (probes) are not released.
+// Leases claimed later (probes) are not released; those of a claim sent
+// before the opening are, when it returns (releaseOpened).
 func (r *run) releaseHeld() {
 	n := r.p.breaker.openings()
 	if n == r.openings {
 		return
 	}
 	r.openings = n
-	var keep, held []*heldLease
-	for _, h := range r.waiting {
+	r.waiting = r.releaseOpen(r.waiting)
+}
+
+// releaseOpened returns the leases of res to queue for dispatch: all of
+// them, unless a breaker opened while the claim was in flight; then the
+// claim's leases of open topics are released (probes' are kept).
+func (r *run) releaseOpened(res claimResult) []*heldLease {
+	if r.p.breaker.openings() == res.openings {
+		return res.held
+	}
+	return append(r.releaseOpen(res.held[:res.claimed]), res.held[res.claimed:]...)
+}
+
+// releaseOpen releases the leases of hs, whose handlers have not started,
+// whose topic's breaker is open (errBreakerOpen), and returns the others.
+func (r *run) releaseOpen(hs []*heldLease) []*heldLease {
+	var keep, open []*heldLease
+	for _, h := range hs {
 		if r.p.breaker.isOpen(h.lease.Message) {
-			held = append(held, h)
+			open = append(open, h)
 		} else {
 			keep = append(keep, h)
 		}
 	}
-	if len(held) == 0 {
-		return
+	if len(open) > 0 {
+		r.w.submit(r.book.stopWaiting(open, errBreakerOpen)...)
 	}
-	r.waiting = keep
-	r.w.submit(r.book.stopWaiting(held, errBreakerOpen)...)
+	return keep
 }
 
 // checkPrivileges asks a PrivilegeChecker store whether its role may run
