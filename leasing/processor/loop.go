@@ -34,7 +34,7 @@ type run struct {
 	// maxClaimsInFlight at once (see claimWanted).
 	claiming   int              // claims in flight; their results come on claimed
 	claimed    chan claimResult // capacity maxClaimsInFlight
-	claimsSent int64            // claims started so far: the newest one's claimResult.seq
+	claimsSent int64            // claims started so far, with those that failed before sending: the newest one's claimResult.seq
 	wakes      int64            // WorkSignal wakes so far
 
 	sched      schedule  // when to claim: the next poll and the early-claim deadlines
@@ -389,7 +389,8 @@ func (r *run) releaseHeld() {
 
 // releaseOpened returns the leases of res to queue for dispatch: all of
 // them, unless a breaker opened while the claim was in flight; then the
-// claim's leases of open topics are released (probes' are kept).
+// claim's leases of open topics are released. Probes' leases are kept
+// here; like any waiting lease, a later opening may release them.
 func (r *run) releaseOpened(res claimResult) []*heldLease {
 	if r.p.breaker.openings() == res.openings {
 		return res.held
