@@ -34,14 +34,7 @@ func TestProcessorClaimsAhead(t *testing.T) {
 			b.enqueue(t, 40)
 			release := make(chan struct{})
 			var started atomic.Int32
-			b.start(t, nil, func(ctx context.Context, _ leasing.Lease) error {
-				started.Add(1)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				return nil
-			}, processor.Options{Concurrency: tc.concurrency, BatchSize: tc.batch, ShutdownGrace: time.Second})
+			b.start(t, nil, heldHandler(release, &started), processor.Options{Concurrency: tc.concurrency, BatchSize: tc.batch, ShutdownGrace: time.Second})
 			defer close(release)
 			leased := func() int {
 				st, err := b.mem.Stats(context.Background())
@@ -53,6 +46,20 @@ func TestProcessorClaimsAhead(t *testing.T) {
 			require.Equal(t, tc.held, leased())
 			require.EqualValues(t, tc.concurrency, started.Load())
 		})
+	}
+}
+
+// heldHandler returns a handler that counts its calls in started and
+// returns once release yields (a receive each, or all once closed) or its
+// context ends.
+func heldHandler(release <-chan struct{}, started *atomic.Int32) processor.Handler {
+	return func(ctx context.Context, _ leasing.Lease) error {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
 	}
 }
 
@@ -140,14 +147,7 @@ func TestProcessorDispatchesDuringClaim(t *testing.T) {
 	}}
 	release := make(chan struct{}) // each receive lets one handler return
 	var started atomic.Int32
-	b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
-		started.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	}, processor.Options{Concurrency: 4, BatchSize: 4, ShutdownGrace: time.Second})
+	b.start(t, store, heldHandler(release, &started), processor.Options{Concurrency: 4, BatchSize: 4, ShutdownGrace: time.Second})
 	defer close(release)
 	defer close(gate)
 	leased := func() int64 {
@@ -232,13 +232,7 @@ func TestProcessorOlderEmptyClaimKeepsBacklogDue(t *testing.T) {
 		return b.mem.Claim(ctx, req)
 	}}
 	release := make(chan struct{})
-	b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	}, processor.Options{Concurrency: 4, BatchSize: 4, PollInterval: 10 * time.Second, ShutdownGrace: time.Second})
+	b.start(t, store, heldHandler(release, new(atomic.Int32)), processor.Options{Concurrency: 4, BatchSize: 4, PollInterval: 10 * time.Second, ShutdownGrace: time.Second})
 
 	<-aClaimed       // claim 1 took 4 (full), all running; A took nothing and is held
 	b.enqueue(t, 12) // a backlog arrives
