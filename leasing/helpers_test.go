@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
+	"github.com/leasestore/leasestore/leasing"
 )
 
 // The shared helpers of internal/dbtest under the names the tests use.
@@ -30,6 +31,15 @@ var (
 	tableOf            = dbtest.TableOf
 	waitForLockWait    = dbtest.WaitForLockWait
 )
+
+// plainMessage returns an empty message that q accepts: the outbox's
+// carries topic "t", which the outbox requires.
+func plainMessage(q leasing.Queue) leasing.NewMessage {
+	if q == leasing.Outbox {
+		return leasing.NewMessage{Topic: "t"}
+	}
+	return leasing.NewMessage{}
+}
 
 // pick returns short in the always-on form and long under -stress.
 func pick[T any](short, long T) T { return dbtest.Pick(short, long) }

@@ -59,10 +59,7 @@ func newBadInputFixture(t *testing.T, appName string) *badInputFixture {
 // storeCalls is every Store method (and the Postgres extras) called with
 // valid arguments, so that only the context or the pool can make it fail.
 func storeCalls(s *leasing.Postgres, held leasing.Lease, ids []uuid.UUID) map[string]func(context.Context) error {
-	msg := leasing.NewMessage{}
-	if s.Queue() == leasing.Outbox {
-		msg.Topic = "t"
-	}
+	msg := plainMessage(s.Queue())
 	failure := leasing.Failure{Lease: held, RetryAfter: time.Second, Error: "x"}
 	return map[string]func(context.Context) error{
 		"Enqueue": func(ctx context.Context) error { _, err := s.Enqueue(ctx, msg); return err },

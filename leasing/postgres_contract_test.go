@@ -149,10 +149,7 @@ CREATE TRIGGER refuse_owner BEFORE UPDATE ON outbox_messages FOR EACH ROW EXECUT
 	for _, q := range []leasing.Queue{leasing.Inbox, leasing.Outbox} {
 		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{})
 		require.NoError(t, err)
-		msg := leasing.NewMessage{}
-		if q == leasing.Outbox {
-			msg.Topic = "t"
-		}
+		msg := plainMessage(q)
 		_, err = store.Enqueue(ctx, msg, msg)
 		require.NoError(t, err)
 		held, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "a", BatchSize: 1, LeaseFor: time.Minute})

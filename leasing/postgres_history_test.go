@@ -63,10 +63,7 @@ func TestRetryAfterLaterLeaseIsAlreadyApplied(t *testing.T) {
 						require.NoError(t, err)
 						return res
 					}
-					msg := leasing.NewMessage{}
-					if q == leasing.Outbox {
-						msg.Topic = "t"
-					}
+					msg := plainMessage(q)
 					enq, err := store.Enqueue(ctx, msg)
 					require.NoError(t, err)
 					id := enq.IDs[0]
@@ -107,10 +104,7 @@ func TestAttemptHistorySequence(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store, clock := historyStore(t, q)
-			msg := leasing.NewMessage{}
-			if q == leasing.Outbox {
-				msg.Topic = "t"
-			}
+			msg := plainMessage(q)
 			enq, err := store.Enqueue(ctx, msg)
 			require.NoError(t, err)
 			id := enq.IDs[0]
@@ -185,10 +179,7 @@ func TestCompletedHistoryFromLeaseColumns(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store, clock := historyStore(t, q)
-			msg := leasing.NewMessage{}
-			if q == leasing.Outbox {
-				msg.Topic = "t"
-			}
+			msg := plainMessage(q)
 			enq, err := store.Enqueue(ctx, msg, msg)
 			require.NoError(t, err)
 			id, full := enq.IDs[0], enq.IDs[1]
@@ -280,10 +271,7 @@ func TestRetryOfRowWithoutHistory(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store, _ := historyStore(t, q)
-			msg := leasing.NewMessage{}
-			if q == leasing.Outbox {
-				msg.Topic = "t"
-			}
+			msg := plainMessage(q)
 			_, err := store.Enqueue(ctx, msg)
 			require.NoError(t, err)
 			l := claimOne(t, store, "old-version")
@@ -344,10 +332,7 @@ func TestRolesKeepWorkingAcross00006(t *testing.T) {
 	role := loginRole(t, url, "leasestore_processor")
 	for _, q := range queuesBoth {
 		store := openStore(t, asUser(t, url, role), q, leasing.PostgresOptions{})
-		msg := leasing.NewMessage{}
-		if q == leasing.Outbox {
-			msg.Topic = "t"
-		}
+		msg := plainMessage(q)
 		_, err := store.Enqueue(ctx, msg)
 		require.NoError(t, err)
 		l := claimOne(t, store, "w")
