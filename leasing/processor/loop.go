@@ -79,7 +79,7 @@ func (r *run) loop(ctx context.Context) {
 	}
 	poll := time.NewTimer(p.opts.PollInterval)
 	defer poll.Stop()
-	defer r.awaitClaim()
+	defer r.awaitClaims()
 	due := true   // whether due messages may be waiting: claim when a slot frees
 	full := false // the last claim to return took a full batch: a backlog drains
 	var idle pollBackoff
@@ -161,8 +161,8 @@ func (r *run) loop(ctx context.Context) {
 	}
 }
 
-// awaitClaim waits for the claims in flight and queues their leases.
-func (r *run) awaitClaim() {
+// awaitClaims waits for the claims in flight and queues their leases.
+func (r *run) awaitClaims() {
 	for ; r.claiming > 0; r.claiming-- {
 		r.waiting = append(r.waiting, (<-r.claimed).held...)
 	}

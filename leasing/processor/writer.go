@@ -243,7 +243,7 @@ func (w *writer) run() {
 // one kind, the usual one, is written as it is, not copied.
 func (w *writer) write(batch []pendingWrite) {
 	var groups [writeKinds][]pendingWrite
-	if oneKind(batch) {
+	if len(batch) > 0 && oneKind(batch) {
 		groups[batch[0].kind] = batch
 	} else {
 		for _, pw := range batch {
