@@ -140,13 +140,14 @@ var writeOperations = [...]string{
 	writeReleaseAfter: "release_after",
 }
 
-// Attribute values of the histograms.
+// Attribute values of the histograms, as option slices: a Record call
+// passes one with ... and allocates no slice of its own per message.
 var (
-	resultSuccess  = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "success")))
-	resultError    = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "error")))
-	writeOperation = func() (opts [len(writeOperations)]metric.RecordOption) {
+	resultSuccess  = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "success")))}
+	resultError    = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "error")))}
+	writeOperation = func() (opts [len(writeOperations)][]metric.RecordOption) {
 		for kind, name := range writeOperations {
-			opts[kind] = metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", name)))
+			opts[kind] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("operation", name)))}
 		}
 		return opts
 	}()
@@ -177,11 +178,11 @@ func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, lease
 // observeHandler records, deferred, the handler_duration of a call that
 // started at start, with the outcome of *err.
 func (m *metrics) observeHandler(start time.Time, err *error) {
-	opt := resultSuccess
+	opts := resultSuccess
 	if *err != nil {
-		opt = resultError
+		opts = resultError
 	}
-	m.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), opt)
+	m.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), opts...)
 }
 
 // timedWrite returns call recording the write_duration of each try.
@@ -189,7 +190,7 @@ func (m *metrics) timedWrite(kind writeKind, call storeWrite) storeWrite {
 	return func(ctx context.Context) (leasing.WriteResult, error) {
 		start := time.Now()
 		res, err := call(ctx)
-		m.writeDuration.Record(context.Background(), time.Since(start).Seconds(), writeOperation[kind])
+		m.writeDuration.Record(context.Background(), time.Since(start).Seconds(), writeOperation[kind]...)
 		return res, err
 	}
 }
