@@ -110,9 +110,10 @@ func (r *run) workBatch(hs []*heldLease, leases []leasing.Lease) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(context.Canceled)
 	stopWatch := watchBatch(hs, cancel)
-	stopTimeout := r.startTimeout(hs, span, cancel)
+	call := &timedCall{batch: hs, span: span, cancel: cancel}
+	r.timeouts.start(call)
 	errs := r.handleBatch(ctx, leases)
-	timedOut := stopTimeout()
+	timedOut := r.timeouts.stop(call)
 	stopWatch()
 	r.p.ev.batchEnded(span, errs, timedOut)
 	if pws := r.batchOutcomes(hs, errs); len(pws) > 0 {

@@ -35,6 +35,8 @@ type heldLease struct {
 	// tracing or before the handler starts; set by the worker before the
 	// timeout starts, ended by the outcome's write or by a lost lease.
 	span trace.Span
+	// call is New's handler call over this lease, for the run's timeouts.
+	call timedCall
 }
 
 // book is the set of leases one Run holds, from claim until the outcome is

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/leasestore/leasestore/leasing"
 )
 
@@ -28,6 +26,7 @@ type run struct {
 	finished atomic.Int64   // workers finished since the loop last looked
 	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
 	wg       sync.WaitGroup // workers
+	timeouts *timeouts      // the workers' handler calls under HandlerTimeout
 
 	// Claims run on goroutines of their own, so that the loop goes on
 	// starting waiting leases as slots free meanwhile; at most
@@ -48,10 +47,12 @@ type run struct {
 }
 
 func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
-	return &run{
+	r := &run{
 		p: p, base: base, book: book, w: w,
 		freed: make(chan struct{}, 1), claimed: make(chan claimResult, maxClaimsInFlight), earlyClaim: make(chan struct{}, 1),
 	}
+	r.timeouts = newTimeouts(r, p.opts.HandlerTimeout)
+	return r
 }
 
 // claimEarly tells the loop that a message may be due within d (on the
@@ -477,9 +478,10 @@ func (r *run) dispatch() {
 		}
 		r.startWorker(func() {
 			ctx := r.p.ev.processStarted(h, lease)
-			stopTimeout := r.startTimeout([]*heldLease{h}, nil, nil)
+			h.call.lease = h
+			r.timeouts.start(&h.call)
 			err := r.handle(ctx, lease)
-			stopTimeout()
+			r.timeouts.stop(&h.call)
 			r.finish(h, err)
 		})
 	}
@@ -534,60 +536,6 @@ func (r *run) panicked(leases []leasing.Lease, v any) error {
 	stack := debug.Stack()
 	r.p.ev.handlerPanicked(leases, v, stack)
 	return fmt.Errorf("%w: %v\n%s", errHandlerPanicked, v, stack)
-}
-
-// startTimeout starts the HandlerTimeout of a call over hs that has just
-// started (span and cancel are the batch call's, nil for New). The
-// returned stop reports whether the timeout fired on a lease, and returns
-// only after such a timeout has submitted its outcomes.
-func (r *run) startTimeout(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) (stop func() (timedOut bool)) {
-	d := r.p.opts.HandlerTimeout
-	if d == NoHandlerTimeout {
-		return func() bool { return false }
-	}
-	fired := make(chan bool, 1)
-	t := time.AfterFunc(d, func() { fired <- r.timeOut(hs, span, cancel) })
-	return func() bool {
-		if t.Stop() {
-			return false
-		}
-		return <-fired
-	}
-}
-
-// timeOut ends the attempts of the leases of hs still running past
-// HandlerTimeout: their contexts (and the call's) are cancelled with an
-// ErrHandlerTimeout cause and their failures submitted at once, so the
-// heartbeat stops renewing them and settle drops what the call returns
-// later. It reports whether it timed out any lease.
-func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) bool {
-	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
-	var (
-		timedOut []*heldLease
-		leases   []leasing.Lease
-		pws      []pendingWrite
-	)
-	for _, h := range hs {
-		lease, ok := r.book.timeOut(h)
-		if !ok {
-			continue
-		}
-		timedOut = append(timedOut, h)
-		leases = append(leases, lease)
-		pws = append(pws, r.outcome(h, lease, err))
-	}
-	if cancel != nil {
-		cancel(err)
-	}
-	for _, h := range timedOut {
-		h.cancel(err)
-	}
-	if len(pws) == 0 {
-		return false
-	}
-	r.p.ev.handlerTimedOut(span, timedOut, leases)
-	r.w.submit(pws...)
-	return true
 }
 
 // finish hands the outcome of h's handler, err, to the writer, unless h
@@ -676,5 +624,6 @@ func (r *run) shutdown() {
 		r.book.cancelRunning(ErrShutdown)
 		<-finished
 	}
+	r.timeouts.close()
 	r.w.close()
 }

@@ -244,6 +244,46 @@ func TestProcessorHandlerTimeout(t *testing.T) {
 		require.EqualValues(t, n, b.counter("processor.succeeded")+b.counter("processor.dead_lettered"))
 	})
 
+	t.Run("EachCallAtItsOwnDeadline", func(t *testing.T) {
+		t.Parallel()
+		// One timer watches every call: when it fires for the first call,
+		// a call that started later runs on until its own deadline, and a
+		// call started once the others returned times out too.
+		const timeout = 300 * time.Millisecond
+		b := setupProcessor(t, leasing.Inbox)
+		first := b.enqueue(t, 1)[0]
+		firstStarted, firstEnded := make(chan struct{}), make(chan struct{})
+		secondRan := make(chan error, 1) // the second call's ctx.Err() once the first call ended
+		causes := make(chan error, 3)
+		var calls atomic.Int64 // each message is enqueued once the calls before it started
+		proc := b.start(t, nil, func(ctx context.Context, _ leasing.Lease) error {
+			switch calls.Add(1) {
+			case 1:
+				close(firstStarted)
+				defer close(firstEnded)
+			case 2:
+				<-firstEnded
+				secondRan <- ctx.Err()
+			}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}, processor.Options{HandlerTimeout: timeout, RetryPolicy: processor.RetryPolicy{MaxAttempts: 1}})
+
+		<-firstStarted
+		time.Sleep(timeout / 2)
+		second := b.enqueue(t, 1)[0]
+		require.ErrorIs(t, receive(t, causes, "the first call's cause"), processor.ErrHandlerTimeout, "the first call times out")
+		require.NoError(t, receive(t, secondRan, "the second call"), "the second call runs on past the first call's deadline")
+		require.ErrorIs(t, receive(t, causes, "the second call's cause"), processor.ErrHandlerTimeout, "the second call times out at its own deadline")
+		waitFor(t, statusIs(b.mem, second, leasing.StatusDeadLettered), "the second call's timeout is written")
+		third := b.enqueue(t, 1)[0]
+		require.ErrorIs(t, receive(t, causes, "the third call's cause"), processor.ErrHandlerTimeout, "a call started once the others returned times out")
+		waitFor(t, statusIs(b.mem, third, leasing.StatusDeadLettered), "the third call's timeout is written")
+		require.NoError(t, proc.stop(t))
+		require.Equal(t, leasing.StatusDeadLettered, b.row(t, first).Status)
+	})
+
 	t.Run("PastTimeoutDuringShutdown/FailsOnceWithoutDelay", func(t *testing.T) {
 		t.Parallel()
 		// Cancelled by the shutdown first, then past its timeout while it
