@@ -19,6 +19,7 @@ type timedCall struct {
 	prev, next *timedCall // in timeouts' list of running calls
 	deadline   time.Time
 	timedOut   bool // the timeout fired while the call ran and ended a lease
+	firing     bool // fire took the call off the list and has not yet submitted its outcomes
 
 	lease  *heldLease              // New's call: its one lease
 	batch  []*heldLease            // NewBatch's call: its leases
@@ -38,9 +39,10 @@ func (c *timedCall) leases() []*heldLease {
 // timer, rather than one per call. Every call has the same timeout, so
 // calls reach their deadlines in the order they started: running calls
 // are a list in start order, the timer is set for the first one's deadline,
-// and a call that returns leaves the list wherever it is. mu is its own; it
-// is held while the timeout of a call is written, so that stop returns
-// only after that.
+// and a call that returns leaves the list wherever it is. mu is its own.
+// The timeouts' outcomes are submitted without mu, so that one waiting for
+// a busy writer delays no other call's timeout; a call's stop waits for
+// its own.
 type timeouts struct {
 	r *run
 	d time.Duration // HandlerTimeout; NoHandlerTimeout watches nothing
@@ -49,11 +51,13 @@ type timeouts struct {
 	list  timedCall   // sentinel: list.next is the oldest running call
 	timer *time.Timer // fires fire; nil until the first call
 	armed bool        // timer is set for a call's deadline
+	fired sync.Cond   // on mu: fire submitted the outcomes of the calls it took
 }
 
 func newTimeouts(r *run, d time.Duration) *timeouts {
 	t := &timeouts{r: r, d: d}
 	t.list.prev, t.list.next = &t.list, &t.list
+	t.fired.L = &t.mu
 	return t
 }
 
@@ -91,26 +95,52 @@ func (t *timeouts) stop(c *timedCall) (timedOut bool) {
 		c.prev.next, c.next.prev = c.next, c.prev
 		c.prev, c.next = nil, nil
 	}
+	for c.firing {
+		t.fired.Wait()
+	}
 	return c.timedOut
 }
 
-// fire times out the calls past their deadline and sets the timer for the
-// next one's.
+// fire takes the calls past their deadline off the list, sets the timer
+// for the next one's, then times them out and submits their outcomes, and
+// lets the stops that wait for them return.
 func (t *timeouts) fire() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.armed = false
+	var due []*timedCall
 	now := time.Now()
 	for c := t.list.next; c != &t.list; c = t.list.next {
 		if c.deadline.After(now) {
 			t.armed = true
 			t.timer.Reset(c.deadline.Sub(now))
-			return
+			break
 		}
 		c.prev.next, c.next.prev = c.next, c.prev
 		c.prev, c.next = nil, nil
-		c.timedOut = t.r.timeOut(c.leases(), c.span, c.cancel)
+		c.firing = true
+		due = append(due, c)
 	}
+	t.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	// Without t.mu: the writer may take a while to take the outcomes, and
+	// meanwhile later calls time out, start and stop.
+	var pws []pendingWrite
+	for _, c := range due {
+		w := t.r.timeOut(c.leases(), c.span, c.cancel)
+		c.timedOut = len(w) > 0
+		pws = append(pws, w...)
+	}
+	if len(pws) > 0 {
+		t.r.w.submit(pws...)
+	}
+	t.mu.Lock()
+	for _, c := range due {
+		c.firing = false
+	}
+	t.fired.Broadcast()
+	t.mu.Unlock()
 }
 
 // close stops the timer of a run whose workers have all returned.
@@ -126,8 +156,9 @@ func (t *timeouts) close() {
 // HandlerTimeout: their contexts (and the call's, with cancel, nil for
 // New) are cancelled with an ErrHandlerTimeout cause and their failures
 // submitted at once, so the heartbeat stops renewing them and settle drops
-// what the call returns later. It reports whether it timed out any lease.
-func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) bool {
+// what the call returns later. It returns the timed-out leases' writes,
+// for the caller to submit.
+func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) []pendingWrite {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	var (
 		timedOut []*heldLease
@@ -150,9 +181,8 @@ func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCau
 		h.cancel(err)
 	}
 	if len(pws) == 0 {
-		return false
+		return nil
 	}
 	r.p.ev.handlerTimedOut(span, timedOut, leases)
-	r.w.submit(pws...)
-	return true
+	return pws
 }

@@ -284,6 +284,63 @@ func TestProcessorHandlerTimeout(t *testing.T) {
 		require.Equal(t, leasing.StatusDeadLettered, b.row(t, first).Status)
 	})
 
+	t.Run("NotHeldUpByAnotherCallsWrite", func(t *testing.T) {
+		t.Parallel()
+		// A's timeout outcome waits for a writer whose Complete waits for
+		// what B holds (as a row lock of B's open transaction would) until
+		// B's context ends: B's own timeout must still cancel it on time,
+		// or A, the writer and B wait on each other until the write gives
+		// up.
+		const timeout = 300 * time.Millisecond
+		b := setupProcessor(t, leasing.Inbox)
+		bReleased := make(chan struct{}) // closed when B's handler returns
+		store := &storeHooks{Store: b.mem, complete: func(ctx context.Context, leases ...leasing.Lease) (leasing.WriteResult, error) {
+			select {
+			case <-bReleased:
+			case <-ctx.Done():
+				return leasing.WriteResult{}, ctx.Err()
+			}
+			return b.mem.Complete(ctx, leases...)
+		}}
+		aStarted, bStarted := make(chan struct{}), make(chan struct{})
+		bCancelled := make(chan error, 1)
+		var calls atomic.Int64
+		proc := b.start(t, store, func(ctx context.Context, _ leasing.Lease) error {
+			switch calls.Add(1) {
+			case 1: // A
+				close(aStarted)
+			case 2: // B
+				close(bStarted)
+				defer close(bReleased)
+				<-ctx.Done()
+				bCancelled <- context.Cause(ctx)
+				return ctx.Err()
+			default: // quick ones, through the third slot
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}, processor.Options{
+			HandlerTimeout: timeout, Concurrency: 3, BatchSize: 4, LeaseDuration: 2 * time.Second,
+			RetryPolicy: processor.RetryPolicy{MaxAttempts: 1},
+		})
+
+		b.enqueue(t, 1)
+		<-aStarted
+		b.enqueue(t, 1)
+		<-bStarted
+		// The writer's first Complete waits for B; the rest fill its queue
+		// (8 outcomes per slot) before A's deadline.
+		b.enqueue(t, 40)
+		select {
+		case cause := <-bCancelled:
+			require.ErrorIs(t, cause, processor.ErrHandlerTimeout)
+		case <-time.After(timeout + time.Second):
+			require.FailNow(t, "B not cancelled within a second of its HandlerTimeout")
+		}
+		require.NoError(t, proc.stop(t))
+	})
+
 	t.Run("PastTimeoutDuringShutdown/FailsOnceWithoutDelay", func(t *testing.T) {
 		t.Parallel()
 		// Cancelled by the shutdown first, then past its timeout while it
