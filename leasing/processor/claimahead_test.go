@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,8 +89,10 @@ func TestProcessorPipelinesClaims(t *testing.T) {
 			n := 4 * tc.size
 			b.enqueue(t, n)
 			gate := make(chan struct{}) // each receive lets one claim through
-			var inFlight, most atomic.Int32
+			release := sync.OnceFunc(func() { close(gate) })
+			var inFlight, most, sent atomic.Int32
 			store := &storeHooks{Store: b.mem, claim: func(ctx context.Context, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+				sent.Add(1)
 				now := inFlight.Add(1)
 				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
 				}
@@ -110,16 +113,18 @@ func TestProcessorPipelinesClaims(t *testing.T) {
 					return nil
 				}, opts)
 			}
+			t.Cleanup(release) // before the processor's stop, should the test fail
 
 			waitFor(t, func() bool { return inFlight.Load() == 1 }, "first claim sent")
 			time.Sleep(20 * time.Millisecond) // four poll intervals
 			require.EqualValues(t, 1, inFlight.Load(), "a second claim before any claim took a full batch")
 			gate <- struct{}{}
-			waitFor(t, func() bool { return inFlight.Load() == tc.most }, "claims in flight after a full batch")
+			// The first claim returned a full batch and the next went out.
+			waitFor(t, func() bool { return sent.Load() >= 2 && inFlight.Load() == tc.most }, "claims in flight after a full batch")
 			time.Sleep(20 * time.Millisecond)
 			require.Equal(t, tc.most, inFlight.Load())
 
-			close(gate)
+			release()
 			waitFor(t, func() bool {
 				st, err := b.mem.Stats(context.Background())
 				return err == nil && st.Depth[leasing.StatusCompleted] == int64(n)
