@@ -14,7 +14,8 @@ import (
 // timedCall is one handler call under HandlerTimeout: New's call over
 // lease, or NewBatch's over batch with its span and cancel. Its fields
 // other than lease, batch, span and cancel belong to the run's timeouts,
-// under timeouts.mu.
+// under timeouts.mu, but for timedOut, which fire writes while firing is
+// set and stop reads once it is cleared.
 type timedCall struct {
 	prev, next *timedCall // in timeouts' list of running calls
 	deadline   time.Time
