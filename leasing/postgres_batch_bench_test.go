@@ -74,15 +74,8 @@ func BenchmarkBatchHandler(b *testing.B) {
 					}, opts)
 				}
 				require.NoError(b, err)
-				runCtx, stop := context.WithCancel(ctx)
-				ran := make(chan error, 1)
 				cpu0, _ := bench.ProcessCPU()
-				start := time.Now()
-				go func() { ran <- p.Run(runCtx) }()
-				<-all
-				stop()
-				require.NoError(b, <-ran)
-				drained += time.Since(start)
+				drained += runUntil(b, p, all)
 				cpu1, _ := bench.ProcessCPU()
 				cpu += cpu1 - cpu0
 				var left int

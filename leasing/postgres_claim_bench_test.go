@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -241,4 +242,72 @@ func BenchmarkProcessorDrain(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "client-µs/msg")
 		})
 	}
+}
+
+// BenchmarkTxHandlerDrain drains 5,000 due inbox messages with one NewTx
+// processor (Concurrency 16, batch 100) whose handler inserts one row in
+// its transaction: one transaction and commit per message, as the
+// transactional inbox runs. One op is one drain, refilled off the clock,
+// from Run to Run returned; it checks that every message was completed
+// once and reports messages/s.
+func BenchmarkTxHandlerDrain(b *testing.B) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dbtest.DatabaseURL(b))
+	require.NoError(b, err)
+	cfg.AfterConnect = leasing.RegisterTypes
+	cfg.MaxConns = 18 // 16 handler transactions, the claims and the writer
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, `CREATE TABLE effects (message_id uuid NOT NULL)`)
+	require.NoError(b, err)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(b, err)
+	const n = 5_000
+	var drained time.Duration
+	for range b.N {
+		b.StopTimer()
+		benchRefill(b, pool, n)
+		_, err := pool.Exec(ctx, `TRUNCATE effects`)
+		require.NoError(b, err)
+		b.StartTimer()
+		var handled atomic.Int64
+		all := make(chan struct{})
+		p, err := processor.NewTx(store, func(ctx context.Context, tx pgx.Tx, l leasing.Lease) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO effects (message_id) VALUES ($1)`, l.Message.ID); err != nil {
+				return err
+			}
+			if handled.Add(1) == n {
+				close(all)
+			}
+			return nil
+		}, processor.Options{
+			Concurrency: 16, BatchSize: 100, PollInterval: 10 * time.Millisecond,
+			OnError: func(err error) { b.Error(err) },
+		})
+		require.NoError(b, err)
+		drained += runUntil(b, p, all)
+		b.StopTimer()
+		var left, effects int
+		require.NoError(b, pool.QueryRow(ctx, "SELECT count(*) FROM inbox_messages WHERE status <> 'completed'").Scan(&left))
+		require.Zero(b, left, "messages not completed")
+		require.NoError(b, pool.QueryRow(ctx, "SELECT count(*) FROM effects").Scan(&effects))
+		require.Equal(b, n, effects, "one effect per message")
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n*b.N)/drained.Seconds(), "msgs/s")
+}
+
+// runUntil runs p until done is closed, then stops it, and returns the
+// time from Run to its return (the last outcomes written).
+func runUntil(b *testing.B, p *processor.Processor, done <-chan struct{}) time.Duration {
+	b.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	start := time.Now()
+	go func() { ran <- p.Run(ctx) }()
+	<-done
+	stop()
+	require.NoError(b, <-ran)
+	return time.Since(start)
 }
