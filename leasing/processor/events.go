@@ -303,7 +303,7 @@ func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res 
 	}
 	count(e.m.rejected, len(g)-done)
 	switch kind {
-	case writeComplete:
+	case writeComplete, writeCommitted:
 		count(e.m.succeeded, done)
 	case writeFail:
 		count(e.m.failed, done)

@@ -573,6 +573,9 @@ func (r *run) outcome(h *heldLease, lease leasing.Lease, err error) pendingWrite
 	pw := pendingWrite{h: h, kind: writeComplete, failure: leasing.Failure{Lease: lease}}
 	if err == nil {
 		r.p.breaker.succeeded(lease.Message)
+		if r.p.completesTx {
+			pw.kind = writeCommitted
+		}
 		return pw
 	}
 	pw.failure.Error = err.Error()

@@ -137,7 +137,7 @@ func count(c metric.Int64Counter, n int) {
 // writeOperations name the write kinds in metric attributes and log records.
 var writeOperations = [...]string{
 	writeRelease: "release", writeComplete: "complete", writeFail: "fail", writeDeadLetter: "dead_letter",
-	writeReleaseAfter: "release_after",
+	writeReleaseAfter: "release_after", writeCommitted: "complete",
 }
 
 // Attribute values of the histograms, as option slices: a Record call

@@ -86,6 +86,7 @@ var ErrAttemptsExhausted = errors.New("processor: attempts exhausted without an 
 type Processor struct {
 	store        Store
 	handler      Handler      // New's; nil for NewBatch's
+	completesTx  bool         // NewTx's: a nil return committed the completion in the handler's transaction
 	batch        BatchHandler // NewBatch's; nil for New's
 	opts         Options      // resolved: no zero fields left
 	ev           *events

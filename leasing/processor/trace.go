@@ -285,24 +285,13 @@ func (t tracer) abandonWrite(span trace.Span, err error) {
 
 // endWrite ends the span of an outcome write of g, all of kind, that
 // reported res or failed with err (given up), and the process spans of g
-// with the outcome each attempt got.
+// with the outcome each attempt got. span is nil without tracing, and for
+// completions that committed in the handler's transaction, which no write
+// sends.
 func (t tracer) endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
-	if span == nil {
-		return
+	if span != nil {
+		endWriteSpan(span, len(g), res, err)
 	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	} else {
-		done := 0
-		for _, o := range res.Outcomes {
-			if o.Outcome.Succeeded() {
-				done++
-			}
-		}
-		span.SetAttributes(attribute.Int(attrApplied, done), attribute.Int(attrRejected, len(g)-done))
-	}
-	span.End()
 	for i, pw := range g {
 		if pw.h.span == nil {
 			continue
@@ -313,6 +302,24 @@ func (t tracer) endWrite(span trace.Span, kind writeKind, g []pendingWrite, res 
 		}
 		t.endProcess(pw, o, err)
 	}
+}
+
+// endWriteSpan ends the span of a write of n outcomes that reported res or
+// failed with err.
+func endWriteSpan(span trace.Span, n int, res leasing.WriteResult, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	} else {
+		done := 0
+		for _, o := range res.Outcomes {
+			if o.Outcome.Succeeded() {
+				done++
+			}
+		}
+		span.SetAttributes(attribute.Int(attrApplied, done), attribute.Int(attrRejected, n-done))
+	}
+	span.End()
 }
 
 // endProcess ends the process span of pw's attempt, whose outcome write
@@ -340,7 +347,7 @@ func (t tracer) endProcess(pw pendingWrite, o leasing.Outcome, err error) {
 		span.SetStatus(codes.Error, fmt.Sprintf("outcome %s not written: %s", outcome, o))
 	default:
 		span.SetAttributes(attribute.String(attrWriteResult, string(o)))
-		if pw.kind != writeComplete {
+		if pw.kind != writeComplete && pw.kind != writeCommitted {
 			span.SetStatus(codes.Error, pw.failure.Error)
 		}
 	}

@@ -49,8 +49,8 @@ type TxHandler func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error
 // smaller of DefaultConcurrency and MaxConns - 1. A handler that uses the
 // pool beside tx needs more still.
 //
-// After a commit the processor confirms the completion with its usual
-// batched Complete, which finds it already applied and changes nothing.
+// After a commit the processor writes nothing more for the message: its
+// completion committed with the handler's writes.
 //
 // Errors: a *leasing.ArgumentError for a nil store or handler, for a pool
 // whose MaxConns does not exceed Concurrency, and as for New.
@@ -69,6 +69,7 @@ func NewTx(store *leasing.Postgres, handler TxHandler, opts Options) (*Processor
 	if err != nil {
 		return nil, err
 	}
+	p.completesTx = true
 	if int(conns) <= p.opts.Concurrency {
 		return nil, argumentError("concurrency", "each running TxHandler holds one of the pool's %d connections (MaxConns) "+
 			"and the heartbeat needs another: Concurrency %d needs MaxConns of at least %d", conns, p.opts.Concurrency, p.opts.Concurrency+1)

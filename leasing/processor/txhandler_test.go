@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/internal/metrictest"
+	"github.com/leasestore/leasestore/internal/spantest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -101,9 +103,31 @@ func TestTxHandler(t *testing.T) {
 			require.Equal(t, []int{1}, b.effects(t, id), "one effect per message")
 			row, err := b.inbox.Get(t.Context(), id)
 			require.NoError(t, err)
-			require.Len(t, row.Attempts, 1, "one completion in the history: the confirmation changed nothing")
+			require.Len(t, row.Attempts, 1, "one completion in the history")
 			require.Equal(t, "completed", string(row.Attempts[0].End))
 		}
+		// The completions committed with the effects: counted, and no
+		// outcome write follows them.
+		waitFor(t, func() bool {
+			return b.meter.Sum(processor.MetricName(leasing.Inbox, "processor.succeeded")) == int64(len(ids))
+		},
+			"every completion counted")
+		require.Empty(t, b.meter.Records(processor.MetricName(leasing.Inbox, "processor.write_duration")), "an outcome write after the commit")
+	})
+
+	t.Run("a committed completion ends its process span without a write span", func(t *testing.T) {
+		t.Parallel()
+		b := setupTx(t)
+		ids := b.enqueue(t, 3)
+		tp := spantest.NewProvider()
+		b.run(t, effect, processor.Options{Concurrency: 2, TracerProvider: tp})
+		waitFor(t, func() bool { return len(tp.Named("process inbox")) == len(ids) }, "every process span ended")
+		for _, s := range tp.Named("process inbox") {
+			require.Equal(t, "succeeded", s.Attributes["messaging.leasestore.process.result"].AsString())
+			require.Equal(t, string(leasing.OutcomeApplied), s.Attributes["messaging.leasestore.write.outcome"].AsString())
+			require.Equal(t, codes.Unset, s.Status)
+		}
+		require.Empty(t, tp.Named("complete inbox"), "no outcome write follows a commit")
 	})
 
 	t.Run("an error, a panic or a timeout rolls the effect back", func(t *testing.T) {

@@ -30,6 +30,9 @@ const (
 	// writeReleaseAfter releases with a delay and an error, the attempt
 	// returned: a RetryAfter or Unavailable verdict.
 	writeReleaseAfter
+	// writeCommitted writes nothing: the completion committed with the
+	// handler's transaction (NewTx), and is only recorded.
+	writeCommitted
 	writeKinds // the number of kinds
 )
 
@@ -266,6 +269,10 @@ func (w *writer) write(batch []pendingWrite) {
 // per key (and one for the unkeyed), each tried once before any is retried,
 // so that a held key delays the others by one lock timeout only.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
+	if kind == writeCommitted {
+		w.recordCommitted(g)
+		return
+	}
 	parts := keyParts(kind, g)
 	if len(parts) <= 1 {
 		w.writeCall(kind, g, false)
@@ -326,6 +333,16 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	return true
 }
 
+// recordCommitted records g, completions that committed with their
+// handler's transactions, as applied: there is nothing left to write.
+func (w *writer) recordCommitted(g []pendingWrite) {
+	res := leasing.WriteResult{Outcomes: make([]leasing.MessageOutcome, len(g))}
+	for i, pw := range g {
+		res.Outcomes[i] = leasing.MessageOutcome{MessageID: pw.failure.Lease.Message.ID, Outcome: leasing.OutcomeApplied}
+	}
+	w.recorded(nil, writeCommitted, g, res, nil)
+}
+
 // recorded records the write of g, outcomes of kind, that reported res or
 // was given up with err (in span): the leases are no longer held, the
 // outcomes are counted and logged, a refused privilege stops the
@@ -340,7 +357,7 @@ func (w *writer) recorded(span trace.Span, kind writeKind, g []pendingWrite, res
 		p.refuse(p.ev.errorf("stopped: the database refused an outcome write", err))
 	case err == nil && (kind == writeFail || kind == writeReleaseAfter):
 		w.retriesDue(g, res)
-	case err == nil && (kind == writeComplete || kind == writeDeadLetter):
+	case err == nil && (kind == writeComplete || kind == writeCommitted || kind == writeDeadLetter):
 		w.keysFreed(g, res)
 	}
 }
