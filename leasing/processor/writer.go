@@ -253,6 +253,12 @@ func (w *writer) write(batch []pendingWrite) {
 			groups[pw.kind] = append(groups[pw.kind], pw)
 		}
 	}
+	// Committed completions need no store call: record them first, not
+	// behind the batch's other writes and their retries.
+	if g := groups[writeCommitted]; len(g) > 0 {
+		w.recordCommitted(g)
+		groups[writeCommitted] = nil
+	}
 	for kind, g := range groups {
 		for len(g) > 0 {
 			part := g[:min(len(g), leasing.MaxBatchSize)]
