@@ -275,10 +275,6 @@ func (w *writer) write(batch []pendingWrite) {
 // per key (and one for the unkeyed), each tried once before any is retried,
 // so that a held key delays the others by one lock timeout only.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
-	if kind == writeCommitted {
-		w.recordCommitted(g)
-		return
-	}
 	parts := keyParts(kind, g)
 	if len(parts) <= 1 {
 		w.writeCall(kind, g, false)
