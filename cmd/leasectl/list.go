@@ -141,11 +141,11 @@ func runList(ctx context.Context, c *cli, args []string) error {
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	outbox := q == leasing.Outbox // the outbox's rows have a topic, the inbox's do not
+	fmt.Fprint(tw, "MESSAGE ID\tSTATUS\t")
 	if outbox {
-		fmt.Fprintln(tw, "MESSAGE ID\tSTATUS\tTOPIC\tTYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
-	} else {
-		fmt.Fprintln(tw, "MESSAGE ID\tSTATUS\tTYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
+		fmt.Fprint(tw, "TOPIC\t")
 	}
+	fmt.Fprintln(tw, "TYPE\tCREATED AT\tATTEMPTS\tLAST ERROR")
 	for _, r := range page.Rows {
 		errText := "-"
 		if r.LastError != "" {
