@@ -113,6 +113,26 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	return h.lease, true
 }
 
+// committing moves h, whose NewTx handler has completed its message in
+// the handler's transaction, on to stateWriting before that transaction
+// commits: the commit is the outcome's write, and a renew blocked on the
+// row's lock, which the commit answers lost, must not give the lease up.
+// It returns leasing.ErrLeaseLost or ErrHandlerTimeout, and changes
+// nothing, when h was lost or timed out meanwhile: the transaction must
+// then roll back.
+func (b *book) committing(h *heldLease) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case h.lost:
+		return leasing.ErrLeaseLost
+	case h.timedOut:
+		return ErrHandlerTimeout
+	}
+	h.state = stateWriting
+	return nil
+}
+
 // isLost reports whether h was lost.
 func (b *book) isLost(h *heldLease) bool {
 	b.mu.Lock()

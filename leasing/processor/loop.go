@@ -478,6 +478,9 @@ func (r *run) dispatch() {
 		}
 		r.startWorker(func() {
 			ctx := r.p.ev.processStarted(h, lease)
+			if r.p.completesTx {
+				ctx = withCommitGate(ctx, func() error { return r.book.committing(h) })
+			}
 			h.call.lease = h
 			r.timeouts.start(&h.call)
 			err := r.handle(ctx, lease)

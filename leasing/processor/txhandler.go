@@ -128,6 +128,11 @@ func (t txHandler) handle(ctx context.Context, lease leasing.Lease) (err error) 
 	if err := res.Err(); err != nil {
 		return fmt.Errorf("processor: effects rolled back: %w", err)
 	}
+	if gate, ok := ctx.Value(commitGateKey{}).(func() error); ok {
+		if err := gate(); err != nil {
+			return fmt.Errorf("processor: effects rolled back: %w", err)
+		}
+	}
 	committed = true // from here a failed Commit has rolled back, or committed unknown to us
 	if err := tx.Commit(ctx); err != nil {
 		// The commit may have happened: the failure's write that follows
@@ -135,4 +140,17 @@ func (t txHandler) handle(ctx context.Context, lease leasing.Lease) (err error) 
 		return fmt.Errorf("processor: commit the handler's transaction: %w", err)
 	}
 	return nil
+}
+
+// commitGateKey is the context key of a NewTx call's commit gate: a
+// function that handle calls once the completion is in the transaction,
+// just before the commit. It returns the error that must roll the
+// transaction back instead (the lease was lost or timed out meanwhile);
+// on nil, the processor counts the lease's outcome as being written from
+// then on (book.committing).
+type commitGateKey struct{}
+
+// withCommitGate returns ctx carrying gate for txHandler.handle.
+func withCommitGate(ctx context.Context, gate func() error) context.Context {
+	return context.WithValue(ctx, commitGateKey{}, gate)
 }

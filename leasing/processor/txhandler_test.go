@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,6 +181,43 @@ func TestTxHandler(t *testing.T) {
 		require.Equal(t, 1, row.AttemptCount)
 	})
 
+	t.Run("a renew that the commit answers does not count the message lost", func(t *testing.T) {
+		t.Parallel()
+		b := setupTx(t)
+		delay := &commitDelay{delay: 300 * time.Millisecond}
+		cfg, err := pgxpool.ParseConfig(b.url)
+		require.NoError(t, err)
+		cfg.MaxConns = 4
+		cfg.ConnConfig.Tracer = delay
+		pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b.inbox, err = leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+		require.NoError(t, err)
+		id := b.enqueue(t, 1)[0]
+		tp := spantest.NewProvider()
+		h := func(ctx context.Context, tx pgx.Tx, lease leasing.Lease) error {
+			delay.conn.Store(tx.Conn())
+			// The row's lock, held past several heartbeats: a renew waits
+			// for it, and the commit answers that renew "lost".
+			if _, err := tx.Exec(ctx, `SELECT FROM inbox_messages WHERE message_id = $1 FOR UPDATE`, lease.Message.ID); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+			return effect(ctx, tx, lease)
+		}
+		b.run(t, h, processor.Options{
+			Concurrency: 1, LeaseDuration: 10 * time.Second, HeartbeatInterval: 20 * time.Millisecond, TracerProvider: tp,
+		})
+		waitFor(t, func() bool { return len(tp.Named("process inbox")) == 1 }, "the process span ended")
+		span := tp.Named("process inbox")[0]
+		require.Equal(t, "succeeded", span.Attributes["messaging.leasestore.process.result"].AsString())
+		require.Equal(t, []int{1}, b.effects(t, id))
+		require.Equal(t, int64(1), b.meter.Sum(processor.MetricName(leasing.Inbox, "processor.succeeded")))
+		require.Zero(t, b.meter.Sum(processor.MetricName(leasing.Inbox, "processor.lease_lost")), "the committed message counted lost")
+		require.Zero(t, b.meter.Sum(processor.MetricName(leasing.Inbox, "processor.persist_skipped")))
+	})
+
 	t.Run("a lease lost before the commit rolls the effect back", func(t *testing.T) {
 		t.Parallel()
 		b := setupTx(t)
@@ -225,6 +263,30 @@ func TestTxHandler(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, res.Err())
 	})
+}
+
+// commitDelay delays the return of COMMIT on one connection, after the
+// server has committed: what a renew blocked on the committed rows hears
+// then reaches the processor before the handler returns.
+type commitDelay struct {
+	conn  atomic.Pointer[pgx.Conn]
+	delay time.Duration
+}
+
+// commitDelayed marks the context of a COMMIT that commitDelay delays.
+type commitDelayed struct{}
+
+func (d *commitDelay) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if conn == d.conn.Load() && strings.EqualFold(data.SQL, "commit") {
+		return context.WithValue(ctx, commitDelayed{}, true)
+	}
+	return ctx
+}
+
+func (d *commitDelay) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if ctx.Value(commitDelayed{}) != nil {
+		time.Sleep(d.delay)
+	}
 }
 
 func TestNewTxArguments(t *testing.T) {
