@@ -13,17 +13,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPostgresContract runs the store contract on PostgreSQL: a fresh
-// database per case, a new pool per store so that concurrent claims really
+// TestPostgresContract runs the store contract on PostgreSQL: a database
+// of its own per case (migrated, or emptied by the case before it:
+// dbtest.RecycledDBs), a new pool per store so that concurrent claims really
 // contend from separate connections, and the clock pinned through
 // PostgresOptions.Now.
 func TestPostgresContract(t *testing.T) {
 	t.Parallel()
-	runContract(t, dbtest.DatabaseURL)
+	dbs := &dbtest.RecycledDBs{Owner: t}
+	runContract(t, dbs.Get)
 }
 
-// runContract runs the store contract with each case on the fresh database
-// that dbURL returns for it, as TestPostgresContract describes.
+// runContract runs the store contract with each case on the database,
+// empty and not shared with another running case, that dbURL returns for it, as TestPostgresContract describes.
 func runContract(t *testing.T, dbURL func(testing.TB) string) {
 	t.Helper()
 	leasingtest.Run(t, func(t *testing.T) leasingtest.Env {

@@ -33,8 +33,9 @@ var poolerModes = []string{"cache_describe", "exec", "simple_protocol"}
 // transaction mode, with the pool configured as the README shows.
 func TestPgBouncerContract(t *testing.T) {
 	t.Parallel()
+	dbs := &dbtest.RecycledDBs{Owner: t}
 	runContract(t, func(tb testing.TB) string {
-		return withQueryMode(tb, dbtest.PgBouncerURL(tb, dbtest.DatabaseURL(tb)), poolerQueryMode)
+		return withQueryMode(tb, dbtest.PgBouncerURL(tb, dbs.Get(tb)), poolerQueryMode)
 	})
 }
 

@@ -24,7 +24,8 @@ func TestPostgresContractQueryModes(t *testing.T) {
 		}
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			runContract(t, func(tb testing.TB) string { return withQueryMode(tb, dbtest.DatabaseURL(tb), mode) })
+			dbs := &dbtest.RecycledDBs{Owner: t}
+			runContract(t, func(tb testing.TB) string { return withQueryMode(tb, dbs.Get(tb), mode) })
 		})
 	}
 }
