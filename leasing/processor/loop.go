@@ -472,14 +472,11 @@ func (r *run) dispatch() {
 		h := r.waiting[0]
 		r.waiting[0] = nil
 		r.waiting = r.waiting[1:]
+		lease, ok := r.book.advance(h, stateRunning)
+		if !ok {
+			continue
+		}
 		r.startWorker(func() {
-			// The lease is taken on the worker, not captured from the
-			// loop: its copy lives on the worker's stack, not on the
-			// heap. A lease lost while it waited frees its slot at once.
-			lease, ok := r.book.advance(h, stateRunning)
-			if !ok {
-				return
-			}
 			ctx := r.p.ev.processStarted(h, lease)
 			if r.p.completesTx {
 				ctx = withCommitGate(ctx, func() error { return r.book.committing(h) })
