@@ -20,17 +20,22 @@ const (
 	stateWriting                   // its outcome (or release) is being written
 )
 
-// heldLease is one lease a processor holds. Its lease, deadline, state and
-// lost fields belong to the book that tracks it: only book methods read or
-// write them, under book.mu. ctx and cancel are set once, by track.
+// heldLease is one lease a processor holds. Its lease, deadline, state,
+// lost, timedOut and committing fields belong to the book that tracks it:
+// only book methods read or write them, under book.mu. ctx and cancel are
+// set once, by track.
 type heldLease struct {
 	lease    leasing.Lease
 	deadline time.Time // local: the lease may have expired from then on
 	state    leaseState
 	lost     bool
 	timedOut bool // its handler ran past HandlerTimeout: the timeout's outcome is written, not the handler's
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	// committing: its NewTx handler's transaction, which holds the
+	// message's completion, is committing; the commit is the outcome's
+	// write (see book.committing).
+	committing bool
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
 	// span is the process span of its handler's attempt, nil without
 	// tracing or before the handler starts; set by the worker before the
 	// timeout starts, ended by the outcome's write or by a lost lease.
@@ -68,7 +73,7 @@ func (b *book) track(base context.Context, leases []leasing.Lease, sent time.Tim
 	defer b.mu.Unlock()
 	out := make([]*heldLease, len(leases))
 	for i, l := range leases {
-		if old := b.held[l.Message.ID]; old != nil && old.state != stateWriting {
+		if old := b.held[l.Message.ID]; old != nil && !old.writing() {
 			b.markLost(old)
 		}
 		ctx, cancel := context.WithCancelCause(base)
@@ -113,13 +118,16 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	return h.lease, true
 }
 
-// committing moves h, whose NewTx handler has completed its message in
-// the handler's transaction, on to stateWriting before that transaction
+// committing marks h, whose NewTx handler has completed its message in
+// the handler's transaction, as committing, before that transaction
 // commits: the commit is the outcome's write, and a renew blocked on the
-// row's lock, which the commit answers lost, must not give the lease up.
-// It returns leasing.ErrLeaseLost or ErrHandlerTimeout, and changes
-// nothing, when h was lost or timed out meanwhile: the transaction must
-// then roll back.
+// row's lock, which the commit answers lost, must not give the lease up;
+// the commit's result decides, as a write's does (writing). h stays
+// running: HandlerTimeout, the end of ShutdownGrace and the lease's local
+// deadline still cancel its context, which interrupts a commit that
+// stalls. It returns leasing.ErrLeaseLost or ErrHandlerTimeout, and
+// changes nothing, when h was lost or timed out meanwhile: the
+// transaction must then roll back.
 func (b *book) committing(h *heldLease) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -129,8 +137,15 @@ func (b *book) committing(h *heldLease) error {
 	case h.timedOut:
 		return ErrHandlerTimeout
 	}
-	h.state = stateWriting
+	h.committing = true
 	return nil
+}
+
+// writing reports whether h's outcome is being written, by the writer or
+// by its NewTx handler's commit: a renew or a claim that finds the lease
+// gone leaves it to the write's result. The caller holds b.mu.
+func (h *heldLease) writing() bool {
+	return h.state == stateWriting || h.committing
 }
 
 // isLost reports whether h was lost.
@@ -248,6 +263,8 @@ func (b *book) renewable(now time.Time) (leases []leasing.Lease, deadline time.T
 	defer b.mu.Unlock()
 	for _, h := range b.held {
 		if !h.deadline.After(now) {
+			// A commit still running past the deadline is given up too:
+			// cancelling its context interrupts it.
 			if h.state != stateWriting {
 				b.markLost(h)
 			}
@@ -278,7 +295,7 @@ func (b *book) applyRenew(batch []leasing.Lease, res leasing.RenewResult, sent t
 	for _, id := range res.Lost {
 		// A lease whose outcome is being written may have been finished
 		// by that write before this renew ran: the write's result decides.
-		if h := b.held[id]; h != nil && h.lease.Generation == generation[id] && h.state != stateWriting {
+		if h := b.held[id]; h != nil && h.lease.Generation == generation[id] && !h.writing() {
 			b.markLost(h)
 		}
 	}

@@ -218,6 +218,31 @@ func TestTxHandler(t *testing.T) {
 		require.Zero(t, b.meter.Sum(processor.MetricName(leasing.Inbox, "processor.persist_skipped")))
 	})
 
+	t.Run("HandlerTimeout interrupts a commit that stalls", func(t *testing.T) {
+		t.Parallel()
+		b := setupTx(t)
+		admin := dbtest.AdminConn(t, b.url)
+		// A deferred trigger makes each commit that inserted an effect
+		// wait for an advisory lock that the test holds.
+		_, err := admin.Exec(t.Context(), `
+			CREATE FUNCTION wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$;
+			CREATE CONSTRAINT TRIGGER effects_wait AFTER INSERT ON effects
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_for_test();
+			SELECT pg_advisory_lock(4242)`)
+		require.NoError(t, err)
+		id := b.enqueue(t, 1)[0]
+		b.run(t, effect, processor.Options{
+			HandlerTimeout: 300 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 1},
+		})
+		t.Cleanup(func() { // before the processor stops
+			_, err := admin.Exec(context.Background(), `SELECT pg_advisory_unlock(4242)`)
+			require.NoError(t, err)
+		})
+		waitFor(t, statusIs(b.inbox, id, leasing.StatusDeadLettered), "dead-lettered by the timeout while its commit waited")
+		require.Empty(t, b.effects(t, id), "the interrupted commit rolled back")
+	})
+
 	t.Run("a lease lost before the commit rolls the effect back", func(t *testing.T) {
 		t.Parallel()
 		b := setupTx(t)
