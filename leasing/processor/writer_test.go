@@ -79,7 +79,9 @@ func testPersist(t *testing.T) {
 		// finds 8 x Concurrency waiting keeps its slot until the writer
 		// takes it, so the processor stops claiming instead of leasing the
 		// whole queue: here the blocked write took at most 16 waiting + 2
-		// from held workers, and as many wait for the next write.
+		// from held workers, as many wait for the next write, and the
+		// claims in flight when the workers stopped (two at most, of one
+		// lease each) return leases that wait for a slot.
 		t.Parallel()
 		b := setupProcessor(t, leasing.Inbox)
 		ids := b.enqueue(t, 50)
@@ -106,7 +108,7 @@ func testPersist(t *testing.T) {
 		t.Cleanup(letAnswer) // runs before the processor's stop, also when the test fails
 		waitFor(t, func() bool { return claimed.Load() >= 18 }, "claims until the writer's queue is full")
 		time.Sleep(100 * time.Millisecond) // room for claims that should not happen
-		require.LessOrEqual(t, claimed.Load(), int64(36), "leases claimed while the store did not answer")
+		require.LessOrEqual(t, claimed.Load(), int64(36+2), "leases claimed while the store did not answer")
 		letAnswer()
 		for _, id := range ids {
 			waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "completed once the store answers")
