@@ -209,7 +209,9 @@ func (r *RecycledDBs) put(tb testing.TB, url string) {
 	r.mu.Unlock()
 }
 
-// TruncateQueues empties both queues, their ordering keys and pauses, and sets strict
-// ordering back to its default: a database as migrated.
+// TruncateQueues empties both queues, their ordering keys and pauses,
+// sets strict ordering back to its default and restarts the work signal's
+// rate sequences (the next insert notifies): a database as migrated.
 const TruncateQueues = "TRUNCATE inbox_messages, outbox_messages, inbox_ordering_keys, outbox_ordering_keys, leasestore_paused; " +
-	"UPDATE leasestore_queue_settings SET strict_ordering = false"
+	"UPDATE leasestore_queue_settings SET strict_ordering = false; " +
+	"ALTER SEQUENCE inbox_messages_work_signal RESTART; ALTER SEQUENCE outbox_messages_work_signal RESTART"
