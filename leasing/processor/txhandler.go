@@ -125,13 +125,12 @@ func (t txHandler) handle(ctx context.Context, lease leasing.Lease) (err error) 
 	if err != nil {
 		return err
 	}
-	if err := res.Err(); err != nil {
-		return fmt.Errorf("processor: effects rolled back: %w", err)
+	err = res.Err()
+	if gate, ok := ctx.Value(commitGateKey{}).(func() error); ok && err == nil {
+		err = gate()
 	}
-	if gate, ok := ctx.Value(commitGateKey{}).(func() error); ok {
-		if err := gate(); err != nil {
-			return fmt.Errorf("processor: effects rolled back: %w", err)
-		}
+	if err != nil {
+		return fmt.Errorf("processor: effects rolled back: %w", err)
 	}
 	committed = true // from here a failed Commit has rolled back, or committed unknown to us
 	if err := tx.Commit(ctx); err != nil {
