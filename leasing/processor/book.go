@@ -118,6 +118,14 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	return h.lease, true
 }
 
+// lease returns h's lease as it stands: the renews so far set its
+// ExpiresAt.
+func (b *book) lease(h *heldLease) leasing.Lease {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.lease
+}
+
 // committing marks h, whose NewTx handler has completed its message in
 // the handler's transaction, as committing, before that transaction
 // commits: the commit is the outcome's write, and a renew blocked on the

@@ -14,19 +14,28 @@ import (
 
 // run is the state of one Run call: the claim loop, which claims batches
 // and dispatches their leases to workers. Only the loop goroutine touches
-// waiting, running, sched, claiming, claimsSent, wakes, sweepUntil and
-// allowed; the leases are in the book.
+// waiting, running, workers, sched, claiming, claimsSent, wakes,
+// sweepUntil and allowed; the leases are in the book.
 type run struct {
 	p        *Processor
 	base     context.Context // Run's values, never cancelled
 	book     *book
 	w        *writer
 	waiting  []*heldLease   // claimed, in claim order, not started
-	running  int            // workers started and not yet taken from finished
-	finished atomic.Int64   // workers finished since the loop last looked
-	freed    chan struct{}  // capacity 1: some worker finished since the loop last looked
-	wg       sync.WaitGroup // workers
+	running  int            // handler calls started and not yet taken from finished
+	finished atomic.Int64   // handler calls finished since the loop last looked
+	freed    chan struct{}  // capacity 1: some handler call finished since the loop last looked
+	wg       sync.WaitGroup // worker goroutines
 	timeouts *timeouts      // the workers' handler calls under HandlerTimeout
+
+	// New's workers are goroutines that outlive their handler calls: the
+	// loop sends each started lease on started, and starts another worker
+	// only when more calls run than there are workers (so at most
+	// Concurrency). A worker reused keeps its grown stack, where a
+	// goroutine per call grew a new one each time. NewBatch starts a
+	// goroutine per call instead.
+	started chan *heldLease // New: capacity Concurrency; closed by shutdown
+	workers int             // New: worker goroutines started
 
 	// Claims run on goroutines of their own, so that the loop goes on
 	// starting waiting leases as slots free meanwhile; at most
@@ -50,6 +59,9 @@ func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 	r := &run{
 		p: p, base: base, book: book, w: w,
 		freed: make(chan struct{}, 1), claimed: make(chan claimResult, maxClaimsInFlight), earlyClaim: make(chan struct{}, 1),
+	}
+	if p.batch == nil {
+		r.started = make(chan *heldLease, p.opts.Concurrency)
 	}
 	r.timeouts = newTimeouts(r, p.opts.HandlerTimeout)
 	return r
@@ -462,7 +474,7 @@ func (r *run) sweepOrphans() bool {
 	return true
 }
 
-// dispatch starts workers for waiting leases while slots are free.
+// dispatch starts handler calls for waiting leases while slots are free.
 func (r *run) dispatch() {
 	if r.p.batch != nil {
 		r.dispatchBatch()
@@ -472,40 +484,58 @@ func (r *run) dispatch() {
 		h := r.waiting[0]
 		r.waiting[0] = nil
 		r.waiting = r.waiting[1:]
-		lease, ok := r.book.advance(h, stateRunning)
-		if !ok {
+		if _, ok := r.book.advance(h, stateRunning); !ok {
 			continue
 		}
-		r.startWorker(func() {
-			ctx := r.p.ev.processStarted(h, lease)
-			if r.p.completesTx {
-				ctx = withCommitGate(ctx, func() error { return r.book.committing(h) })
-			}
-			h.call.lease = h
-			r.timeouts.start(&h.call)
-			err := r.handle(ctx, lease)
-			r.timeouts.stop(&h.call)
-			r.finish(h, err)
-		})
+		r.running++
+		if r.workers < r.running {
+			r.workers++
+			r.wg.Go(r.work)
+		}
+		// Never blocks: at most running leases are sent and not yet
+		// received, and running is at most Concurrency.
+		r.started <- h
 	}
 }
 
-// startWorker takes a slot and runs work on a worker goroutine of its own,
-// which tells the loop when work returned.
+// work is one of New's workers: it calls the handler for each lease the
+// loop sends on started, until shutdown closes it.
+func (r *run) work() {
+	for h := range r.started {
+		lease := r.book.lease(h)
+		ctx := r.p.ev.processStarted(h, lease)
+		if r.p.completesTx {
+			ctx = withCommitGate(ctx, func() error { return r.book.committing(h) })
+		}
+		h.call.lease = h
+		r.timeouts.start(&h.call)
+		err := r.handle(ctx, lease)
+		r.timeouts.stop(&h.call)
+		r.finish(h, err)
+		r.callFinished()
+	}
+}
+
+// startWorker takes a slot and runs work, one NewBatch call, on a
+// goroutine of its own.
 func (r *run) startWorker(work func()) {
 	r.running++
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	r.wg.Go(func() {
 		work()
-		// One wake-up for all the workers that finish before the loop
-		// looks, not one per worker.
-		r.finished.Add(1)
-		select {
-		case r.freed <- struct{}{}:
-		default:
-		}
-	}()
+		r.callFinished()
+	})
+}
+
+// callFinished tells the loop that a handler call, and the outcome's
+// submission, returned: its slot is free.
+func (r *run) callFinished() {
+	// One wake-up for all the calls that finish before the loop looks,
+	// not one per call.
+	r.finished.Add(1)
+	select {
+	case r.freed <- struct{}{}:
+	default:
+	}
 }
 
 // handle runs the handler on a worker, turning a panic into an error.
@@ -617,6 +647,9 @@ func (r *run) shutdown() {
 		r.w.submit(release...)
 	}
 
+	if r.started != nil {
+		close(r.started) // the workers return once the leases sent are worked
+	}
 	finished := make(chan struct{})
 	go func() {
 		r.wg.Wait()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +43,32 @@ func testClaimLoop(t *testing.T) {
 			"processor.leases_acquired": 3, "processor.succeeded": 3, "processor.failed": 0,
 			"processor.lease_lost": 0, "processor.persist_skipped": 0, "processor.persist_rejected": 0,
 		})
+	})
+
+	t.Run("WorkersOutliveCalls", func(t *testing.T) {
+		t.Parallel()
+		b := setupProcessor(t, leasing.Inbox)
+		ids := b.enqueue(t, 30)
+		var mu sync.Mutex
+		goroutines := map[string]int{} // handler calls per goroutine
+		proc := b.start(t, nil, func(context.Context, leasing.Lease) error {
+			mu.Lock()
+			defer mu.Unlock()
+			goroutines[goroutineID()]++
+			return nil
+		}, processor.Options{Concurrency: 3, BatchSize: 10})
+		for _, id := range ids {
+			waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "completed")
+		}
+		require.NoError(t, proc.stop(t))
+		mu.Lock()
+		defer mu.Unlock()
+		calls := 0
+		for _, n := range goroutines {
+			calls += n
+		}
+		require.Equal(t, 30, calls)
+		require.LessOrEqual(t, len(goroutines), 3, "at most Concurrency workers, each running call after call")
 	})
 
 	t.Run("Outbox/PublisherSuccess", func(t *testing.T) {
@@ -257,4 +285,13 @@ func TestProcessorDeadLettersCrashLoopingMessage(t *testing.T) {
 	row := b.row(t, id)
 	require.Equal(t, 4, row.AttemptCount)
 	require.Contains(t, row.LastError, processor.ErrAttemptsExhausted.Error())
+}
+
+// goroutineID returns the calling goroutine's id, from its stack's first
+// line ("goroutine 18 [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
 }

@@ -53,6 +53,11 @@ var _ Store = leasing.Store(nil)
 // RetryPolicy. What it returns after its lease was lost or its timeout was
 // written is not written. Delivery is at least once: handlers must be
 // idempotent.
+//
+// Calls run on the Processor's worker goroutines, each running one call
+// after another: a call that changes its goroutine's state (a
+// runtime.LockOSThread left locked, pprof goroutine labels) leaves that
+// state to the next call on the same worker.
 type Handler func(ctx context.Context, lease leasing.Lease) error
 
 // Publisher publishes one outbox message to a broker and returns nil once
