@@ -46,8 +46,7 @@ install() {
     log "$1 is not installed and this is not root: install it, or start a server at the address"
     return 1
   fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$1" >/dev/null; }
+  bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "$1"
 }
 
 mkdir -p "$state"

@@ -50,8 +50,7 @@ if ! ls -d /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     exit 1
   fi
   log "installing Debian's postgresql package"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" postgresql
 fi
 bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
 
