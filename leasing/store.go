@@ -16,7 +16,9 @@ import (
 // owner: see ClaimRequest.Owner), no message twice, generations from Claim.
 // A lease that was lost, or a message terminal or gone, is not an error: it
 // is an Outcome in the WriteResult (WriteResult.Err makes it one) or an id
-// in RenewResult.Lost.
+// in RenewResult.Lost. A method does not keep its slice arguments once it
+// returns: the caller may reuse them (the processor reuses its write
+// arguments).
 //
 // Errors, for every method but Queue:
 //   - an *ArgumentError (errors.Is ErrInvalidArgument) for bad input, found

@@ -71,6 +71,12 @@ type writer struct {
 	merge   bool
 	heldMax int
 
+	// leases and failures are writeCall's store arguments, reused from one
+	// call to the next (a Store does not keep its arguments); only the
+	// writer's goroutine touches them.
+	leases   []leasing.Lease
+	failures []leasing.Failure
+
 	mu        sync.Mutex
 	taken     sync.Cond      // on mu: the writer or the loop took outcomes (takes grew)
 	takes     uint64         // times the writer or the loop took outcomes
@@ -304,12 +310,19 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		failures []leasing.Failure // fail, dead letter and release after
 	)
 	if kind == writeRelease || kind == writeComplete {
-		leases = leasesOf(g)
-	} else {
-		failures = make([]leasing.Failure, len(g))
-		for i, pw := range g {
-			failures[i] = pw.failure
+		leases = w.leases[:0]
+		for _, pw := range g {
+			leases = append(leases, pw.failure.Lease)
 		}
+		w.leases = leases
+		defer clear(leases) // drop the leases for the garbage collector
+	} else {
+		failures = w.failures[:0]
+		for _, pw := range g {
+			failures = append(failures, pw.failure)
+		}
+		w.failures = failures
+		defer clear(failures)
 	}
 	call := storeWrite(func(ctx context.Context) (leasing.WriteResult, error) {
 		switch kind {
