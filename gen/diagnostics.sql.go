@@ -73,13 +73,13 @@ type DiagnosticsIndexStatesRow struct {
 // search_path, like the queue queries' tables), whether it is valid and
 // ready (false after an interrupted CREATE INDEX CONCURRENTLY), and the
 // table it indexes (” when absent).
-func (q *Queries) DiagnosticsIndexStates(ctx context.Context, db DBTX, arg DiagnosticsIndexStatesParams) ([]DiagnosticsIndexStatesRow, error) {
+func (q *Queries) DiagnosticsIndexStates(ctx context.Context, db DBTX, arg DiagnosticsIndexStatesParams) ([]*DiagnosticsIndexStatesRow, error) {
 	rows, err := db.Query(ctx, diagnosticsIndexStates, arg.IndexNames)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DiagnosticsIndexStatesRow{}
+	items := []*DiagnosticsIndexStatesRow{}
 	for rows.Next() {
 		var i DiagnosticsIndexStatesRow
 		if err := rows.Scan(
@@ -90,7 +90,7 @@ func (q *Queries) DiagnosticsIndexStates(ctx context.Context, db DBTX, arg Diagn
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -125,19 +125,19 @@ type DiagnosticsIndexesRow struct {
 // valid (queries may use it; false after an interrupted CREATE INDEX
 // CONCURRENTLY) and ready (writes maintain it). Empty when there is no such
 // table.
-func (q *Queries) DiagnosticsIndexes(ctx context.Context, db DBTX, arg DiagnosticsIndexesParams) ([]DiagnosticsIndexesRow, error) {
+func (q *Queries) DiagnosticsIndexes(ctx context.Context, db DBTX, arg DiagnosticsIndexesParams) ([]*DiagnosticsIndexesRow, error) {
 	rows, err := db.Query(ctx, diagnosticsIndexes, arg.TableName)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DiagnosticsIndexesRow{}
+	items := []*DiagnosticsIndexesRow{}
 	for rows.Next() {
 		var i DiagnosticsIndexesRow
 		if err := rows.Scan(&i.IndexName, &i.Valid, &i.Ready); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -174,13 +174,13 @@ type DiagnosticsOldestXactRow struct {
 // xact_start (or backend_start when no transaction is open). Autovacuum
 // workers and the calling session are left out. Empty when no other session
 // holds a snapshot.
-func (q *Queries) DiagnosticsOldestXact(ctx context.Context, db DBTX) ([]DiagnosticsOldestXactRow, error) {
+func (q *Queries) DiagnosticsOldestXact(ctx context.Context, db DBTX) ([]*DiagnosticsOldestXactRow, error) {
 	rows, err := db.Query(ctx, diagnosticsOldestXact)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DiagnosticsOldestXactRow{}
+	items := []*DiagnosticsOldestXactRow{}
 	for rows.Next() {
 		var i DiagnosticsOldestXactRow
 		if err := rows.Scan(
@@ -192,7 +192,7 @@ func (q *Queries) DiagnosticsOldestXact(ctx context.Context, db DBTX) ([]Diagnos
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -215,11 +215,11 @@ type DiagnosticsPreparedXactsRow struct {
 // DiagnosticsPreparedXacts returns the number of prepared (two-phase)
 // transactions in this database and the age of the oldest, 0 when none.
 // A forgotten prepared transaction holds back VACUUM like an open one.
-func (q *Queries) DiagnosticsPreparedXacts(ctx context.Context, db DBTX) (DiagnosticsPreparedXactsRow, error) {
+func (q *Queries) DiagnosticsPreparedXacts(ctx context.Context, db DBTX) (*DiagnosticsPreparedXactsRow, error) {
 	row := db.QueryRow(ctx, diagnosticsPreparedXacts)
 	var i DiagnosticsPreparedXactsRow
 	err := row.Scan(&i.Prepared, &i.OldestAge)
-	return i, err
+	return &i, err
 }
 
 const diagnosticsRelationAccess = `-- name: DiagnosticsRelationAccess :one
@@ -239,11 +239,11 @@ type DiagnosticsRelationAccessRow struct {
 // DiagnosticsRelationAccess reports whether a table (or view) named
 // relation_name exists, resolved through search_path, and whether the
 // current role may SELECT from it.
-func (q *Queries) DiagnosticsRelationAccess(ctx context.Context, db DBTX, arg DiagnosticsRelationAccessParams) (DiagnosticsRelationAccessRow, error) {
+func (q *Queries) DiagnosticsRelationAccess(ctx context.Context, db DBTX, arg DiagnosticsRelationAccessParams) (*DiagnosticsRelationAccessRow, error) {
 	row := db.QueryRow(ctx, diagnosticsRelationAccess, arg.RelationName)
 	var i DiagnosticsRelationAccessRow
 	err := row.Scan(&i.Present, &i.Readable)
-	return i, err
+	return &i, err
 }
 
 const diagnosticsReplicationSlots = `-- name: DiagnosticsReplicationSlots :many
@@ -264,19 +264,19 @@ type DiagnosticsReplicationSlotsRow struct {
 // DiagnosticsReplicationSlots returns the replication slots that hold back
 // VACUUM of user tables (xmin set), with xmin_age in transactions
 // (age(xmin)), ordered by slot name.
-func (q *Queries) DiagnosticsReplicationSlots(ctx context.Context, db DBTX) ([]DiagnosticsReplicationSlotsRow, error) {
+func (q *Queries) DiagnosticsReplicationSlots(ctx context.Context, db DBTX) ([]*DiagnosticsReplicationSlotsRow, error) {
 	rows, err := db.Query(ctx, diagnosticsReplicationSlots)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DiagnosticsReplicationSlotsRow{}
+	items := []*DiagnosticsReplicationSlotsRow{}
 	for rows.Next() {
 		var i DiagnosticsReplicationSlotsRow
 		if err := rows.Scan(&i.SlotName, &i.Active, &i.XminAge); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -302,19 +302,19 @@ type DiagnosticsSettingsRow struct {
 // DiagnosticsSettings returns the server settings that decide whether dead
 // rows of the queue tables are cleaned up in time and whether claims pay
 // for JIT, ordered by name: setting as text, unit (” when none).
-func (q *Queries) DiagnosticsSettings(ctx context.Context, db DBTX) ([]DiagnosticsSettingsRow, error) {
+func (q *Queries) DiagnosticsSettings(ctx context.Context, db DBTX) ([]*DiagnosticsSettingsRow, error) {
 	rows, err := db.Query(ctx, diagnosticsSettings)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DiagnosticsSettingsRow{}
+	items := []*DiagnosticsSettingsRow{}
 	for rows.Next() {
 		var i DiagnosticsSettingsRow
 		if err := rows.Scan(&i.Name, &i.Setting, &i.Unit); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -358,7 +358,7 @@ type DiagnosticsTableHealthRow struct {
 // when never), how many VACUUMs of each kind ran since the statistics were
 // reset, and its storage options (reloptions, e.g. fillfactor=80).
 // pgx.ErrNoRows when there is no such table.
-func (q *Queries) DiagnosticsTableHealth(ctx context.Context, db DBTX, arg DiagnosticsTableHealthParams) (DiagnosticsTableHealthRow, error) {
+func (q *Queries) DiagnosticsTableHealth(ctx context.Context, db DBTX, arg DiagnosticsTableHealthParams) (*DiagnosticsTableHealthRow, error) {
 	row := db.QueryRow(ctx, diagnosticsTableHealth, arg.TableName)
 	var i DiagnosticsTableHealthRow
 	err := row.Scan(
@@ -372,7 +372,7 @@ func (q *Queries) DiagnosticsTableHealth(ctx context.Context, db DBTX, arg Diagn
 		&i.AutovacuumCount,
 		&i.Reloptions,
 	)
-	return i, err
+	return &i, err
 }
 
 const diagnosticsWorkSignalAccess = `-- name: DiagnosticsWorkSignalAccess :one
@@ -416,7 +416,7 @@ type DiagnosticsWorkSignalAccessRow struct {
 // without SELECT calls the trigger function on every inserting statement
 // instead. sequence_name is ” when absent. Names resolve through
 // search_path, like the queue queries'. Reads every role: for doctor.
-func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg DiagnosticsWorkSignalAccessParams) (DiagnosticsWorkSignalAccessRow, error) {
+func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg DiagnosticsWorkSignalAccessParams) (*DiagnosticsWorkSignalAccessRow, error) {
 	row := db.QueryRow(ctx, diagnosticsWorkSignalAccess, arg.TableName)
 	var i DiagnosticsWorkSignalAccessRow
 	err := row.Scan(
@@ -426,5 +426,5 @@ func (q *Queries) DiagnosticsWorkSignalAccess(ctx context.Context, db DBTX, arg 
 		&i.Selectable,
 		&i.RolesWithoutSelect,
 	)
-	return i, err
+	return &i, err
 }

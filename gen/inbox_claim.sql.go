@@ -244,7 +244,7 @@ type InboxClaimRow struct {
 // A parked row: message_id, and its last_error as parked_reason; the other
 // columns are placeholders (the same now for every parked row, so that
 // parked rows come out in message_id order).
-func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams) ([]InboxClaimRow, error) {
+func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams) ([]*InboxClaimRow, error) {
 	rows, err := db.Query(ctx, inboxClaim,
 		arg.ExceptTopics,
 		arg.Topics,
@@ -257,7 +257,7 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxClaimRow{}
+	items := []*InboxClaimRow{}
 	for rows.Next() {
 		var i InboxClaimRow
 		if err := rows.Scan(
@@ -281,7 +281,7 @@ func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams)
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -459,7 +459,7 @@ type InboxClaimTenantRow struct {
 // A parked row: message_id, and its last_error as parked_reason; the other
 // columns are placeholders (the same now for every parked row, so that
 // parked rows come out in message_id order).
-func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimTenantParams) ([]InboxClaimTenantRow, error) {
+func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimTenantParams) ([]*InboxClaimTenantRow, error) {
 	rows, err := db.Query(ctx, inboxClaimTenant,
 		arg.ExceptTopics,
 		arg.Topics,
@@ -473,7 +473,7 @@ func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimT
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxClaimTenantRow{}
+	items := []*InboxClaimTenantRow{}
 	for rows.Next() {
 		var i InboxClaimTenantRow
 		if err := rows.Scan(
@@ -497,7 +497,7 @@ func (q *Queries) InboxClaimTenant(ctx context.Context, db DBTX, arg InboxClaimT
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

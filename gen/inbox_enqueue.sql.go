@@ -158,19 +158,19 @@ type InboxEnqueueDuplicatesRow struct {
 // (purged since) is left out. The store sends it only when an enqueue
 // skipped some messages, in the enqueue's transaction (EnqueueTx) or after
 // it committed: one or two index probes per skipped message.
-func (q *Queries) InboxEnqueueDuplicates(ctx context.Context, db DBTX, arg InboxEnqueueDuplicatesParams) ([]InboxEnqueueDuplicatesRow, error) {
+func (q *Queries) InboxEnqueueDuplicates(ctx context.Context, db DBTX, arg InboxEnqueueDuplicatesParams) ([]*InboxEnqueueDuplicatesRow, error) {
 	rows, err := db.Query(ctx, inboxEnqueueDuplicates, arg.MessageIds, arg.TenantIds, arg.IdempotencyKeys)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxEnqueueDuplicatesRow{}
+	items := []*InboxEnqueueDuplicatesRow{}
 	for rows.Next() {
 		var i InboxEnqueueDuplicatesRow
 		if err := rows.Scan(&i.Position, &i.StoredID); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -83,11 +83,11 @@ type InboxKeyAdvanceRow struct {
 // inbox_messages_waiting_idx) to pending, due at once (or at its visible_after
 // when later), as the key's new head; a key with no waiting message left
 // loses its row. Returns how many messages it promoted.
-func (q *Queries) InboxKeyAdvance(ctx context.Context, db DBTX, arg InboxKeyAdvanceParams) (InboxKeyAdvanceRow, error) {
+func (q *Queries) InboxKeyAdvance(ctx context.Context, db DBTX, arg InboxKeyAdvanceParams) (*InboxKeyAdvanceRow, error) {
 	row := db.QueryRow(ctx, inboxKeyAdvance, arg.MessageIds, arg.Now)
 	var i InboxKeyAdvanceRow
 	err := row.Scan(&i.Promoted, &i.Emptied)
-	return i, err
+	return &i, err
 }
 
 const inboxKeyAdvanceVacant = `-- name: InboxKeyAdvanceVacant :one
@@ -147,11 +147,11 @@ type InboxKeyAdvanceVacantRow struct {
 // transaction cleared (InboxPurgeHeads deleted their heads); no other
 // statement clears head_id. It reads every key row (one per key in use):
 // for purge, not for a hot path.
-func (q *Queries) InboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg InboxKeyAdvanceVacantParams) (InboxKeyAdvanceVacantRow, error) {
+func (q *Queries) InboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg InboxKeyAdvanceVacantParams) (*InboxKeyAdvanceVacantRow, error) {
 	row := db.QueryRow(ctx, inboxKeyAdvanceVacant, arg.Now)
 	var i InboxKeyAdvanceVacantRow
 	err := row.Scan(&i.Promoted, &i.Emptied)
-	return i, err
+	return &i, err
 }
 
 const inboxKeyList = `-- name: InboxKeyList :many
@@ -182,13 +182,13 @@ type InboxKeyListRow struct {
 // clock) and how many messages wait behind the head (a range of
 // inbox_messages_waiting_idx per key). Reads every key row (one per key in
 // use): for an operator's page, not a hot loop.
-func (q *Queries) InboxKeyList(ctx context.Context, db DBTX, arg InboxKeyListParams) ([]InboxKeyListRow, error) {
+func (q *Queries) InboxKeyList(ctx context.Context, db DBTX, arg InboxKeyListParams) ([]*InboxKeyListRow, error) {
 	rows, err := db.Query(ctx, inboxKeyList, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxKeyListRow{}
+	items := []*InboxKeyListRow{}
 	for rows.Next() {
 		var i InboxKeyListRow
 		if err := rows.Scan(
@@ -200,7 +200,7 @@ func (q *Queries) InboxKeyList(ctx context.Context, db DBTX, arg InboxKeyListPar
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -280,13 +280,13 @@ type InboxOrderingHealthRow struct {
 // row when no message waits. Reads every key row (one per key in use) and
 // one entry of inbox_messages_waiting_idx for each: for Stats and leasectl
 // doctor, not for a hot loop.
-func (q *Queries) InboxOrderingHealth(ctx context.Context, db DBTX, arg InboxOrderingHealthParams) ([]InboxOrderingHealthRow, error) {
+func (q *Queries) InboxOrderingHealth(ctx context.Context, db DBTX, arg InboxOrderingHealthParams) ([]*InboxOrderingHealthRow, error) {
 	rows, err := db.Query(ctx, inboxOrderingHealth, arg.Now)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxOrderingHealthRow{}
+	items := []*InboxOrderingHealthRow{}
 	for rows.Next() {
 		var i InboxOrderingHealthRow
 		if err := rows.Scan(
@@ -297,7 +297,7 @@ func (q *Queries) InboxOrderingHealth(ctx context.Context, db DBTX, arg InboxOrd
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

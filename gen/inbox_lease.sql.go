@@ -159,7 +159,7 @@ type InboxReleaseRow struct {
 // with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
 // last_error written, attempt_error in the attempt's entry). A row released
 // due at once notifies the work signal (see the "signal" block).
-func (q *Queries) InboxRelease(ctx context.Context, db DBTX, arg InboxReleaseParams) ([]InboxReleaseRow, error) {
+func (q *Queries) InboxRelease(ctx context.Context, db DBTX, arg InboxReleaseParams) ([]*InboxReleaseRow, error) {
 	rows, err := db.Query(ctx, inboxRelease,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -173,13 +173,13 @@ func (q *Queries) InboxRelease(ctx context.Context, db DBTX, arg InboxReleasePar
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxReleaseRow{}
+	items := []*InboxReleaseRow{}
 	for rows.Next() {
 		var i InboxReleaseRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -305,7 +305,7 @@ type InboxRenewRow struct {
 // (message_id, lease_generation) still leased to lease_owner whose lease has
 // not expired. Returns the renewed rows with their new expiry, in
 // message_id order; inputs absent from the result have lost their lease.
-func (q *Queries) InboxRenew(ctx context.Context, db DBTX, arg InboxRenewParams) ([]InboxRenewRow, error) {
+func (q *Queries) InboxRenew(ctx context.Context, db DBTX, arg InboxRenewParams) ([]*InboxRenewRow, error) {
 	rows, err := db.Query(ctx, inboxRenew,
 		arg.MessageIds,
 		arg.LeaseGenerations,
@@ -317,13 +317,13 @@ func (q *Queries) InboxRenew(ctx context.Context, db DBTX, arg InboxRenewParams)
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxRenewRow{}
+	items := []*InboxRenewRow{}
 	for rows.Next() {
 		var i InboxRenewRow
 		if err := rows.Scan(&i.MessageID, &i.LeaseExpiresAt); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -90,7 +90,7 @@ type InboxDeadLetterByIDRow struct {
 // not_found, terminal, or leased when refused), the message's status, lease
 // owner and lease expiry before the call, and the entry written (NULL when
 // refused).
-func (q *Queries) InboxDeadLetterByID(ctx context.Context, db DBTX, arg InboxDeadLetterByIDParams) (InboxDeadLetterByIDRow, error) {
+func (q *Queries) InboxDeadLetterByID(ctx context.Context, db DBTX, arg InboxDeadLetterByIDParams) (*InboxDeadLetterByIDRow, error) {
 	row := db.QueryRow(ctx, inboxDeadLetterByID,
 		arg.MessageID,
 		arg.Now,
@@ -106,7 +106,7 @@ func (q *Queries) InboxDeadLetterByID(ctx context.Context, db DBTX, arg InboxDea
 		&i.LeaseExpiresAt,
 		&i.Entry,
 	)
-	return i, err
+	return &i, err
 }
 
 const inboxRequeue = `-- name: InboxRequeue :many
@@ -338,19 +338,19 @@ type InboxRequeueBatchRow struct {
 // the time it was locked. requeued_before is the bound used, to pass as
 // dead_lettered_before to the next batch, so that rows dead-lettered again
 // after their requeue are not taken again. No rows means none are left.
-func (q *Queries) InboxRequeueBatch(ctx context.Context, db DBTX, arg InboxRequeueBatchParams) ([]InboxRequeueBatchRow, error) {
+func (q *Queries) InboxRequeueBatch(ctx context.Context, db DBTX, arg InboxRequeueBatchParams) ([]*InboxRequeueBatchRow, error) {
 	rows, err := db.Query(ctx, inboxRequeueBatch, arg.DeadLetteredBefore, arg.Now, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxRequeueBatchRow{}
+	items := []*InboxRequeueBatchRow{}
 	for rows.Next() {
 		var i InboxRequeueBatchRow
 		if err := rows.Scan(&i.MessageID, &i.Requeued, &i.RequeuedBefore); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -194,11 +194,11 @@ type InboxPurgeHeadsRow struct {
 // and frees their keys for InboxKeyAdvanceVacant, the next statement. Key rows
 // and messages locked by others are skipped (the next call takes them), so
 // it never waits for a lock. Returns the number deleted.
-func (q *Queries) InboxPurgeHeads(ctx context.Context, db DBTX, arg InboxPurgeHeadsParams) (InboxPurgeHeadsRow, error) {
+func (q *Queries) InboxPurgeHeads(ctx context.Context, db DBTX, arg InboxPurgeHeadsParams) (*InboxPurgeHeadsRow, error) {
 	row := db.QueryRow(ctx, inboxPurgeHeads, arg.Now, arg.OlderThan, arg.BatchSize)
 	var i InboxPurgeHeadsRow
 	err := row.Scan(&i.Deleted, &i.Freed)
-	return i, err
+	return &i, err
 }
 
 const inboxRetained = `-- name: InboxRetained :one
@@ -227,9 +227,9 @@ type InboxRetainedRow struct {
 // that finished since is stored too, and its idempotency key still
 // turns a second enqueue into a duplicate: the inbox's effective dedup
 // window. Two descents of the finish-time indexes.
-func (q *Queries) InboxRetained(ctx context.Context, db DBTX, arg InboxRetainedParams) (InboxRetainedRow, error) {
+func (q *Queries) InboxRetained(ctx context.Context, db DBTX, arg InboxRetainedParams) (*InboxRetainedRow, error) {
 	row := db.QueryRow(ctx, inboxRetained, arg.Now)
 	var i InboxRetainedRow
 	err := row.Scan(&i.OldestDone, &i.OldestDeadLettered, &i.Now)
-	return i, err
+	return &i, err
 }

@@ -57,19 +57,19 @@ type InboxCountByStatusRow struct {
 
 // InboxCountByStatus returns the number of inbox rows per status, ordered by
 // status. Statuses without rows are absent.
-func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]InboxCountByStatusRow, error) {
+func (q *Queries) InboxCountByStatus(ctx context.Context, db DBTX) ([]*InboxCountByStatusRow, error) {
 	rows, err := db.Query(ctx, inboxCountByStatus)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxCountByStatusRow{}
+	items := []*InboxCountByStatusRow{}
 	for rows.Next() {
 		var i InboxCountByStatusRow
 		if err := rows.Scan(&i.Status, &i.Messages); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -150,13 +150,13 @@ type InboxDeadLetterGroupsRow struct {
 // error, the largest group first, at most max_rows groups: each group's
 // count and its first and last dead_lettered_at (database clock). Reads
 // every dead letter through inbox_messages_dead_lettered_idx.
-func (q *Queries) InboxDeadLetterGroups(ctx context.Context, db DBTX, arg InboxDeadLetterGroupsParams) ([]InboxDeadLetterGroupsRow, error) {
+func (q *Queries) InboxDeadLetterGroups(ctx context.Context, db DBTX, arg InboxDeadLetterGroupsParams) ([]*InboxDeadLetterGroupsRow, error) {
 	rows, err := db.Query(ctx, inboxDeadLetterGroups, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxDeadLetterGroupsRow{}
+	items := []*InboxDeadLetterGroupsRow{}
 	for rows.Next() {
 		var i InboxDeadLetterGroupsRow
 		if err := rows.Scan(
@@ -167,7 +167,7 @@ func (q *Queries) InboxDeadLetterGroups(ctx context.Context, db DBTX, arg InboxD
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ type InboxGetRow struct {
 // InboxGet returns one inbox row by message_id, or pgx.ErrNoRows;
 // completed_at is returned as finished_at, attempts is the attempt history
 // and key_seq is 0 for an unordered row.
-func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (InboxGetRow, error) {
+func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (*InboxGetRow, error) {
 	row := db.QueryRow(ctx, inboxGet, arg.MessageID)
 	var i InboxGetRow
 	err := row.Scan(
@@ -246,7 +246,7 @@ func (q *Queries) InboxGet(ctx context.Context, db DBTX, arg InboxGetParams) (In
 		&i.Attempts,
 		&i.KeySeq,
 	)
-	return i, err
+	return &i, err
 }
 
 const inboxLeaseHealth = `-- name: InboxLeaseHealth :one
@@ -282,11 +282,11 @@ type InboxLeaseHealthRow struct {
 // InboxLeaseHealth returns, at the database's now, the number of processing
 // rows whose lease has expired and not yet been reclaimed, and the age of the
 // oldest due row (the claim head; 0 when nothing is due).
-func (q *Queries) InboxLeaseHealth(ctx context.Context, db DBTX, arg InboxLeaseHealthParams) (InboxLeaseHealthRow, error) {
+func (q *Queries) InboxLeaseHealth(ctx context.Context, db DBTX, arg InboxLeaseHealthParams) (*InboxLeaseHealthRow, error) {
 	row := db.QueryRow(ctx, inboxLeaseHealth, arg.Now)
 	var i InboxLeaseHealthRow
 	err := row.Scan(&i.ExpiredLeases, &i.OldestDueAge)
-	return i, err
+	return &i, err
 }
 
 const inboxList = `-- name: InboxList :many
@@ -359,7 +359,7 @@ type InboxListRow struct {
 // inbox_messages_list_idx, or inbox_messages_inflight_idx for processing, from
 // that row on: a page costs its rows plus those the other filters skip, at
 // any table size (with a custom plan, which proves the partial index).
-func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) ([]InboxListRow, error) {
+func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) ([]*InboxListRow, error) {
 	rows, err := db.Query(ctx, inboxList,
 		arg.ListStatus,
 		arg.AfterCreatedAt,
@@ -378,7 +378,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxListRow{}
+	items := []*InboxListRow{}
 	for rows.Next() {
 		var i InboxListRow
 		if err := rows.Scan(
@@ -408,7 +408,7 @@ func (q *Queries) InboxList(ctx context.Context, db DBTX, arg InboxListParams) (
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -91,7 +91,7 @@ type InboxCompleteRow struct {
 // attempt_count, last_attempted_at, completed_at) are the last attempt's
 // entry, which Row.Attempts adds when read. Rows completed by earlier
 // versions hold that entry in attempts too; the reader adds it once.
-func (q *Queries) InboxComplete(ctx context.Context, db DBTX, arg InboxCompleteParams) ([]InboxCompleteRow, error) {
+func (q *Queries) InboxComplete(ctx context.Context, db DBTX, arg InboxCompleteParams) ([]*InboxCompleteRow, error) {
 	rows, err := db.Query(ctx, inboxComplete,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -102,13 +102,13 @@ func (q *Queries) InboxComplete(ctx context.Context, db DBTX, arg InboxCompleteP
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxCompleteRow{}
+	items := []*InboxCompleteRow{}
 	for rows.Next() {
 		var i InboxCompleteRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ type InboxDeadLetterRow struct {
 // already dead-lettered it: its entry in attempts says so, whatever happened
 // after (outcome_generation and outcome, the latest such write only, are
 // still written and read, for code of earlier versions).
-func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLetterParams) ([]InboxDeadLetterRow, error) {
+func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLetterParams) ([]*InboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, inboxDeadLetter,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -199,13 +199,13 @@ func (q *Queries) InboxDeadLetter(ctx context.Context, db DBTX, arg InboxDeadLet
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxDeadLetterRow{}
+	items := []*InboxDeadLetterRow{}
 	for rows.Next() {
 		var i InboxDeadLetterRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -284,7 +284,7 @@ type InboxFailRow struct {
 // to attempts. Outcomes as for InboxComplete; already_applied when this lease
 // had already failed it, as its entry in attempts says whatever happened
 // after (see InboxDeadLetter).
-func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) ([]InboxFailRow, error) {
+func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) ([]*InboxFailRow, error) {
 	rows, err := db.Query(ctx, inboxFail,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -298,13 +298,13 @@ func (q *Queries) InboxFail(ctx context.Context, db DBTX, arg InboxFailParams) (
 		return nil, err
 	}
 	defer rows.Close()
-	items := []InboxFailRow{}
+	items := []*InboxFailRow{}
 	for rows.Next() {
 		var i InboxFailRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -50,7 +50,7 @@ type VacuumStateRow struct {
 // (n_live_tup) and whether the table was ever analysed, by ANALYZE or
 // autovacuum (as far as the statistics remember: a reset forgets).
 // pgx.ErrNoRows when there is no such table.
-func (q *Queries) VacuumState(ctx context.Context, db DBTX, arg VacuumStateParams) (VacuumStateRow, error) {
+func (q *Queries) VacuumState(ctx context.Context, db DBTX, arg VacuumStateParams) (*VacuumStateRow, error) {
 	row := db.QueryRow(ctx, vacuumState, arg.TableName)
 	var i VacuumStateRow
 	err := row.Scan(
@@ -60,5 +60,5 @@ func (q *Queries) VacuumState(ctx context.Context, db DBTX, arg VacuumStateParam
 		&i.Running,
 		&i.MayVacuum,
 	)
-	return i, err
+	return &i, err
 }

@@ -244,7 +244,7 @@ type OutboxClaimRow struct {
 // A parked row: message_id, and its last_error as parked_reason; the other
 // columns are placeholders (the same now for every parked row, so that
 // parked rows come out in message_id order).
-func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
+func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]*OutboxClaimRow, error) {
 	rows, err := db.Query(ctx, outboxClaim,
 		arg.ExceptTopics,
 		arg.Topics,
@@ -257,7 +257,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxClaimRow{}
+	items := []*OutboxClaimRow{}
 	for rows.Next() {
 		var i OutboxClaimRow
 		if err := rows.Scan(
@@ -281,7 +281,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -459,7 +459,7 @@ type OutboxClaimTenantRow struct {
 // A parked row: message_id, and its last_error as parked_reason; the other
 // columns are placeholders (the same now for every parked row, so that
 // parked rows come out in message_id order).
-func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClaimTenantParams) ([]OutboxClaimTenantRow, error) {
+func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClaimTenantParams) ([]*OutboxClaimTenantRow, error) {
 	rows, err := db.Query(ctx, outboxClaimTenant,
 		arg.ExceptTopics,
 		arg.Topics,
@@ -473,7 +473,7 @@ func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClai
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxClaimTenantRow{}
+	items := []*OutboxClaimTenantRow{}
 	for rows.Next() {
 		var i OutboxClaimTenantRow
 		if err := rows.Scan(
@@ -497,7 +497,7 @@ func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClai
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

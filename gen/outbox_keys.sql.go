@@ -83,11 +83,11 @@ type OutboxKeyAdvanceRow struct {
 // outbox_messages_waiting_idx) to pending, due at once (or at its visible_after
 // when later), as the key's new head; a key with no waiting message left
 // loses its row. Returns how many messages it promoted.
-func (q *Queries) OutboxKeyAdvance(ctx context.Context, db DBTX, arg OutboxKeyAdvanceParams) (OutboxKeyAdvanceRow, error) {
+func (q *Queries) OutboxKeyAdvance(ctx context.Context, db DBTX, arg OutboxKeyAdvanceParams) (*OutboxKeyAdvanceRow, error) {
 	row := db.QueryRow(ctx, outboxKeyAdvance, arg.MessageIds, arg.Now)
 	var i OutboxKeyAdvanceRow
 	err := row.Scan(&i.Promoted, &i.Emptied)
-	return i, err
+	return &i, err
 }
 
 const outboxKeyAdvanceVacant = `-- name: OutboxKeyAdvanceVacant :one
@@ -147,11 +147,11 @@ type OutboxKeyAdvanceVacantRow struct {
 // transaction cleared (OutboxPurgeHeads deleted their heads); no other
 // statement clears head_id. It reads every key row (one per key in use):
 // for purge, not for a hot path.
-func (q *Queries) OutboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg OutboxKeyAdvanceVacantParams) (OutboxKeyAdvanceVacantRow, error) {
+func (q *Queries) OutboxKeyAdvanceVacant(ctx context.Context, db DBTX, arg OutboxKeyAdvanceVacantParams) (*OutboxKeyAdvanceVacantRow, error) {
 	row := db.QueryRow(ctx, outboxKeyAdvanceVacant, arg.Now)
 	var i OutboxKeyAdvanceVacantRow
 	err := row.Scan(&i.Promoted, &i.Emptied)
-	return i, err
+	return &i, err
 }
 
 const outboxKeyList = `-- name: OutboxKeyList :many
@@ -182,13 +182,13 @@ type OutboxKeyListRow struct {
 // clock) and how many messages wait behind the head (a range of
 // outbox_messages_waiting_idx per key). Reads every key row (one per key in
 // use): for an operator's page, not a hot loop.
-func (q *Queries) OutboxKeyList(ctx context.Context, db DBTX, arg OutboxKeyListParams) ([]OutboxKeyListRow, error) {
+func (q *Queries) OutboxKeyList(ctx context.Context, db DBTX, arg OutboxKeyListParams) ([]*OutboxKeyListRow, error) {
 	rows, err := db.Query(ctx, outboxKeyList, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxKeyListRow{}
+	items := []*OutboxKeyListRow{}
 	for rows.Next() {
 		var i OutboxKeyListRow
 		if err := rows.Scan(
@@ -200,7 +200,7 @@ func (q *Queries) OutboxKeyList(ctx context.Context, db DBTX, arg OutboxKeyListP
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -280,13 +280,13 @@ type OutboxOrderingHealthRow struct {
 // row when no message waits. Reads every key row (one per key in use) and
 // one entry of outbox_messages_waiting_idx for each: for Stats and leasectl
 // doctor, not for a hot loop.
-func (q *Queries) OutboxOrderingHealth(ctx context.Context, db DBTX, arg OutboxOrderingHealthParams) ([]OutboxOrderingHealthRow, error) {
+func (q *Queries) OutboxOrderingHealth(ctx context.Context, db DBTX, arg OutboxOrderingHealthParams) ([]*OutboxOrderingHealthRow, error) {
 	rows, err := db.Query(ctx, outboxOrderingHealth, arg.Now)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxOrderingHealthRow{}
+	items := []*OutboxOrderingHealthRow{}
 	for rows.Next() {
 		var i OutboxOrderingHealthRow
 		if err := rows.Scan(
@@ -297,7 +297,7 @@ func (q *Queries) OutboxOrderingHealth(ctx context.Context, db DBTX, arg OutboxO
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -159,7 +159,7 @@ type OutboxReleaseRow struct {
 // with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,
 // last_error written, attempt_error in the attempt's entry). A row released
 // due at once notifies the work signal (see the "signal" block).
-func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) ([]OutboxReleaseRow, error) {
+func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseParams) ([]*OutboxReleaseRow, error) {
 	rows, err := db.Query(ctx, outboxRelease,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -173,13 +173,13 @@ func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseP
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxReleaseRow{}
+	items := []*OutboxReleaseRow{}
 	for rows.Next() {
 		var i OutboxReleaseRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -305,7 +305,7 @@ type OutboxRenewRow struct {
 // (message_id, lease_generation) still leased to lease_owner whose lease has
 // not expired. Returns the renewed rows with their new expiry, in
 // message_id order; inputs absent from the result have lost their lease.
-func (q *Queries) OutboxRenew(ctx context.Context, db DBTX, arg OutboxRenewParams) ([]OutboxRenewRow, error) {
+func (q *Queries) OutboxRenew(ctx context.Context, db DBTX, arg OutboxRenewParams) ([]*OutboxRenewRow, error) {
 	rows, err := db.Query(ctx, outboxRenew,
 		arg.MessageIds,
 		arg.LeaseGenerations,
@@ -317,13 +317,13 @@ func (q *Queries) OutboxRenew(ctx context.Context, db DBTX, arg OutboxRenewParam
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxRenewRow{}
+	items := []*OutboxRenewRow{}
 	for rows.Next() {
 		var i OutboxRenewRow
 		if err := rows.Scan(&i.MessageID, &i.LeaseExpiresAt); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

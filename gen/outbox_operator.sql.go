@@ -90,7 +90,7 @@ type OutboxDeadLetterByIDRow struct {
 // not_found, terminal, or leased when refused), the message's status, lease
 // owner and lease expiry before the call, and the entry written (NULL when
 // refused).
-func (q *Queries) OutboxDeadLetterByID(ctx context.Context, db DBTX, arg OutboxDeadLetterByIDParams) (OutboxDeadLetterByIDRow, error) {
+func (q *Queries) OutboxDeadLetterByID(ctx context.Context, db DBTX, arg OutboxDeadLetterByIDParams) (*OutboxDeadLetterByIDRow, error) {
 	row := db.QueryRow(ctx, outboxDeadLetterByID,
 		arg.MessageID,
 		arg.Now,
@@ -106,7 +106,7 @@ func (q *Queries) OutboxDeadLetterByID(ctx context.Context, db DBTX, arg OutboxD
 		&i.LeaseExpiresAt,
 		&i.Entry,
 	)
-	return i, err
+	return &i, err
 }
 
 const outboxRequeue = `-- name: OutboxRequeue :many
@@ -338,19 +338,19 @@ type OutboxRequeueBatchRow struct {
 // the time it was locked. requeued_before is the bound used, to pass as
 // dead_lettered_before to the next batch, so that rows dead-lettered again
 // after their requeue are not taken again. No rows means none are left.
-func (q *Queries) OutboxRequeueBatch(ctx context.Context, db DBTX, arg OutboxRequeueBatchParams) ([]OutboxRequeueBatchRow, error) {
+func (q *Queries) OutboxRequeueBatch(ctx context.Context, db DBTX, arg OutboxRequeueBatchParams) ([]*OutboxRequeueBatchRow, error) {
 	rows, err := db.Query(ctx, outboxRequeueBatch, arg.DeadLetteredBefore, arg.Now, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxRequeueBatchRow{}
+	items := []*OutboxRequeueBatchRow{}
 	for rows.Next() {
 		var i OutboxRequeueBatchRow
 		if err := rows.Scan(&i.MessageID, &i.Requeued, &i.RequeuedBefore); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

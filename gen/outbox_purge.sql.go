@@ -194,11 +194,11 @@ type OutboxPurgeHeadsRow struct {
 // and frees their keys for OutboxKeyAdvanceVacant, the next statement. Key rows
 // and messages locked by others are skipped (the next call takes them), so
 // it never waits for a lock. Returns the number deleted.
-func (q *Queries) OutboxPurgeHeads(ctx context.Context, db DBTX, arg OutboxPurgeHeadsParams) (OutboxPurgeHeadsRow, error) {
+func (q *Queries) OutboxPurgeHeads(ctx context.Context, db DBTX, arg OutboxPurgeHeadsParams) (*OutboxPurgeHeadsRow, error) {
 	row := db.QueryRow(ctx, outboxPurgeHeads, arg.Now, arg.OlderThan, arg.BatchSize)
 	var i OutboxPurgeHeadsRow
 	err := row.Scan(&i.Deleted, &i.Freed)
-	return i, err
+	return &i, err
 }
 
 const outboxRetained = `-- name: OutboxRetained :one
@@ -225,9 +225,9 @@ type OutboxRetainedRow struct {
 // oldest dead-lettered outbox rows still stored (NULL when none), and now:
 // what retention has kept. Purge deletes the oldest first, so every row
 // that finished since is stored too. Two descents of the finish-time indexes.
-func (q *Queries) OutboxRetained(ctx context.Context, db DBTX, arg OutboxRetainedParams) (OutboxRetainedRow, error) {
+func (q *Queries) OutboxRetained(ctx context.Context, db DBTX, arg OutboxRetainedParams) (*OutboxRetainedRow, error) {
 	row := db.QueryRow(ctx, outboxRetained, arg.Now)
 	var i OutboxRetainedRow
 	err := row.Scan(&i.OldestDone, &i.OldestDeadLettered, &i.Now)
-	return i, err
+	return &i, err
 }

@@ -57,19 +57,19 @@ type OutboxCountByStatusRow struct {
 
 // OutboxCountByStatus returns the number of outbox rows per status, ordered by
 // status. Statuses without rows are absent.
-func (q *Queries) OutboxCountByStatus(ctx context.Context, db DBTX) ([]OutboxCountByStatusRow, error) {
+func (q *Queries) OutboxCountByStatus(ctx context.Context, db DBTX) ([]*OutboxCountByStatusRow, error) {
 	rows, err := db.Query(ctx, outboxCountByStatus)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxCountByStatusRow{}
+	items := []*OutboxCountByStatusRow{}
 	for rows.Next() {
 		var i OutboxCountByStatusRow
 		if err := rows.Scan(&i.Status, &i.Messages); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -150,13 +150,13 @@ type OutboxDeadLetterGroupsRow struct {
 // error, the largest group first, at most max_rows groups: each group's
 // count and its first and last dead_lettered_at (database clock). Reads
 // every dead letter through outbox_messages_dead_lettered_idx.
-func (q *Queries) OutboxDeadLetterGroups(ctx context.Context, db DBTX, arg OutboxDeadLetterGroupsParams) ([]OutboxDeadLetterGroupsRow, error) {
+func (q *Queries) OutboxDeadLetterGroups(ctx context.Context, db DBTX, arg OutboxDeadLetterGroupsParams) ([]*OutboxDeadLetterGroupsRow, error) {
 	rows, err := db.Query(ctx, outboxDeadLetterGroups, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxDeadLetterGroupsRow{}
+	items := []*OutboxDeadLetterGroupsRow{}
 	for rows.Next() {
 		var i OutboxDeadLetterGroupsRow
 		if err := rows.Scan(
@@ -167,7 +167,7 @@ func (q *Queries) OutboxDeadLetterGroups(ctx context.Context, db DBTX, arg Outbo
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -218,7 +218,7 @@ type OutboxGetRow struct {
 // OutboxGet returns one outbox row by message_id, or pgx.ErrNoRows;
 // published_at is returned as finished_at, attempts is the attempt history
 // and key_seq is 0 for an unordered row.
-func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (OutboxGetRow, error) {
+func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (*OutboxGetRow, error) {
 	row := db.QueryRow(ctx, outboxGet, arg.MessageID)
 	var i OutboxGetRow
 	err := row.Scan(
@@ -246,7 +246,7 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, arg OutboxGetParams) (
 		&i.Attempts,
 		&i.KeySeq,
 	)
-	return i, err
+	return &i, err
 }
 
 const outboxLeaseHealth = `-- name: OutboxLeaseHealth :one
@@ -282,11 +282,11 @@ type OutboxLeaseHealthRow struct {
 // OutboxLeaseHealth returns, at the database's now, the number of publishing
 // rows whose lease has expired and not yet been reclaimed, and the age of the
 // oldest due row (the claim head; 0 when nothing is due).
-func (q *Queries) OutboxLeaseHealth(ctx context.Context, db DBTX, arg OutboxLeaseHealthParams) (OutboxLeaseHealthRow, error) {
+func (q *Queries) OutboxLeaseHealth(ctx context.Context, db DBTX, arg OutboxLeaseHealthParams) (*OutboxLeaseHealthRow, error) {
 	row := db.QueryRow(ctx, outboxLeaseHealth, arg.Now)
 	var i OutboxLeaseHealthRow
 	err := row.Scan(&i.ExpiredLeases, &i.OldestDueAge)
-	return i, err
+	return &i, err
 }
 
 const outboxList = `-- name: OutboxList :many
@@ -359,7 +359,7 @@ type OutboxListRow struct {
 // outbox_messages_list_idx, or outbox_messages_inflight_idx for publishing, from
 // that row on: a page costs its rows plus those the other filters skip, at
 // any table size (with a custom plan, which proves the partial index).
-func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxListRow, error) {
+func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]*OutboxListRow, error) {
 	rows, err := db.Query(ctx, outboxList,
 		arg.ListStatus,
 		arg.AfterCreatedAt,
@@ -378,7 +378,7 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxListRow{}
+	items := []*OutboxListRow{}
 	for rows.Next() {
 		var i OutboxListRow
 		if err := rows.Scan(
@@ -408,7 +408,7 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 		); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

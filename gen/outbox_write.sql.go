@@ -82,7 +82,7 @@ type OutboxDeadLetterRow struct {
 // already dead-lettered it: its entry in attempts says so, whatever happened
 // after (outcome_generation and outcome, the latest such write only, are
 // still written and read, for code of earlier versions).
-func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadLetterParams) ([]OutboxDeadLetterRow, error) {
+func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadLetterParams) ([]*OutboxDeadLetterRow, error) {
 	rows, err := db.Query(ctx, outboxDeadLetter,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -95,13 +95,13 @@ func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadL
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxDeadLetterRow{}
+	items := []*OutboxDeadLetterRow{}
 	for rows.Next() {
 		var i OutboxDeadLetterRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ type OutboxFailRow struct {
 // to attempts. Outcomes as for OutboxPublish; already_applied when this lease
 // had already failed it, as its entry in attempts says whatever happened
 // after (see OutboxDeadLetter).
-func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams) ([]OutboxFailRow, error) {
+func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams) ([]*OutboxFailRow, error) {
 	rows, err := db.Query(ctx, outboxFail,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -194,13 +194,13 @@ func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams)
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxFailRow{}
+	items := []*OutboxFailRow{}
 	for rows.Next() {
 		var i OutboxFailRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ type OutboxPublishRow struct {
 // attempt_count, last_attempted_at, published_at) are the last attempt's
 // entry, which Row.Attempts adds when read. Rows published by earlier
 // versions hold that entry in attempts too; the reader adds it once.
-func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishParams) ([]OutboxPublishRow, error) {
+func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishParams) ([]*OutboxPublishRow, error) {
 	rows, err := db.Query(ctx, outboxPublish,
 		arg.LeaseOwner,
 		arg.MessageIds,
@@ -298,13 +298,13 @@ func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishP
 		return nil, err
 	}
 	defer rows.Close()
-	items := []OutboxPublishRow{}
+	items := []*OutboxPublishRow{}
 	for rows.Next() {
 		var i OutboxPublishRow
 		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

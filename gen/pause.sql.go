@@ -71,19 +71,19 @@ type PauseListRow struct {
 
 // PauseList returns queue's pauses in place, by topic (” for the whole
 // queue, first).
-func (q *Queries) PauseList(ctx context.Context, db DBTX, arg PauseListParams) ([]PauseListRow, error) {
+func (q *Queries) PauseList(ctx context.Context, db DBTX, arg PauseListParams) ([]*PauseListRow, error) {
 	rows, err := db.Query(ctx, pauseList, arg.Queue)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []PauseListRow{}
+	items := []*PauseListRow{}
 	for rows.Next() {
 		var i PauseListRow
 		if err := rows.Scan(&i.Topic, &i.PausedBy, &i.PausedAt); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

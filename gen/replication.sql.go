@@ -34,7 +34,7 @@ type DiagnosticsReplicationRow struct {
 // its streaming standbys: all of them, those it waits for (sync or
 // quorum) and those whose state the role may not see (NULL sync_state
 // without pg_read_all_stats).
-func (q *Queries) DiagnosticsReplication(ctx context.Context, db DBTX) (DiagnosticsReplicationRow, error) {
+func (q *Queries) DiagnosticsReplication(ctx context.Context, db DBTX) (*DiagnosticsReplicationRow, error) {
 	row := db.QueryRow(ctx, diagnosticsReplication)
 	var i DiagnosticsReplicationRow
 	err := row.Scan(
@@ -45,5 +45,5 @@ func (q *Queries) DiagnosticsReplication(ctx context.Context, db DBTX) (Diagnost
 		&i.SynchronousStandbys,
 		&i.HiddenStandbys,
 	)
-	return i, err
+	return &i, err
 }

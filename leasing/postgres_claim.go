@@ -53,7 +53,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 
 // claim returns the claim statement for r: the tenant's claim when r
 // names a tenant.
-func (s *Postgres) claim(r ClaimRequest) result[[]gen.InboxClaimRow] {
+func (s *Postgres) claim(r ClaimRequest) result[[]*gen.InboxClaimRow] {
 	now, size := s.pinned(), int32(r.BatchSize)
 	topics, except := r.Topics, r.ExceptTopics
 	if r.TenantID != "" {

@@ -45,7 +45,7 @@ func mapErr(err error) error {
 // claimed converts a claim's rows: a row with a parked reason was parked
 // by the claim (its other columns are placeholders), every other row is a
 // lease. Both keep the rows' order; leases is never nil.
-func claimed(q Queue, rows []gen.InboxClaimRow) (leases []Lease, parked []ParkedRow) {
+func claimed(q Queue, rows []*gen.InboxClaimRow) (leases []Lease, parked []ParkedRow) {
 	leases = make([]Lease, 0, len(rows))
 	for _, r := range rows {
 		if r.ParkedReason != nil {
@@ -72,7 +72,7 @@ func claimed(q Queue, rows []gen.InboxClaimRow) (leases []Lease, parked []Parked
 
 // rowOf converts a read row; the error is that of an attempts column that
 // does not hold the history's JSON.
-func rowOf(q Queue, r gen.InboxGetRow) (Row, error) {
+func rowOf(q Queue, r *gen.InboxGetRow) (Row, error) {
 	attempts, err := decodeAttempts(r.Attempts)
 	if err != nil {
 		return Row{}, fmt.Errorf("%w: %s message %s", err, q, r.MessageID)
@@ -102,7 +102,7 @@ func rowOf(q Queue, r gen.InboxGetRow) (Row, error) {
 }
 
 // outcomes converts the rows of a fenced write.
-func outcomes(rows []gen.InboxCompleteRow) []MessageOutcome {
+func outcomes(rows []*gen.InboxCompleteRow) []MessageOutcome {
 	out := make([]MessageOutcome, len(rows))
 	for i, r := range rows {
 		out[i] = MessageOutcome{MessageID: r.MessageID, Outcome: Outcome(r.Outcome)}

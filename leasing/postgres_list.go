@@ -293,7 +293,7 @@ func (s *Postgres) purgeIDs(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, 
 // the page was read, gone) are skipped, not errors.
 func (s *Postgres) deadLetterBatch(ctx context.Context, r BulkRequest, ids []uuid.UUID) (int, error) {
 	now := s.pinned()
-	dead := make([]*stmt[gen.InboxDeadLetterByIDParams, gen.InboxDeadLetterByIDRow], len(ids))
+	dead := make([]*stmt[gen.InboxDeadLetterByIDParams, *gen.InboxDeadLetterByIDRow], len(ids))
 	steps := make([]step, 0, len(ids)+2)
 	for i, id := range ids {
 		dead[i] = bind(s.q.deadLetterByID, gen.InboxDeadLetterByIDParams{

@@ -11,44 +11,45 @@ import (
 
 // queries are one queue's generated statements (db/queries/<queue>_*.sql),
 // typed as the inbox's: the outbox's param and row structs are
-// field-identical to the inbox's and convert. The fenced writes return
-// InboxCompleteRow, the claims InboxClaimRow, the reads InboxGetRow.
+// field-identical to the inbox's and convert, rows as pointers (sqlc's
+// emit_result_struct_pointers). The fenced writes return InboxCompleteRow,
+// the claims InboxClaimRow, the reads InboxGetRow.
 type queries struct {
-	claim            func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]gen.InboxClaimRow, error)
-	claimTenant      func(context.Context, gen.DBTX, gen.InboxClaimTenantParams) ([]gen.InboxClaimRow, error)
-	renew            func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]gen.InboxRenewRow, error)
-	release          func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]gen.InboxCompleteRow, error)
+	claim            func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]*gen.InboxClaimRow, error)
+	claimTenant      func(context.Context, gen.DBTX, gen.InboxClaimTenantParams) ([]*gen.InboxClaimRow, error)
+	renew            func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]*gen.InboxRenewRow, error)
+	release          func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]*gen.InboxCompleteRow, error)
 	releaseOrphans   func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
 	expirePrevious   func(context.Context, gen.DBTX, gen.InboxExpirePreviousParams) ([]uuid.UUID, error)
-	complete         func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]gen.InboxCompleteRow, error)
-	fail             func(context.Context, gen.DBTX, gen.InboxFailParams) ([]gen.InboxCompleteRow, error)
-	deadLetter       func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]gen.InboxCompleteRow, error)
-	deadLetterByID   func(context.Context, gen.DBTX, gen.InboxDeadLetterByIDParams) (gen.InboxDeadLetterByIDRow, error)
+	complete         func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]*gen.InboxCompleteRow, error)
+	fail             func(context.Context, gen.DBTX, gen.InboxFailParams) ([]*gen.InboxCompleteRow, error)
+	deadLetter       func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]*gen.InboxCompleteRow, error)
+	deadLetterByID   func(context.Context, gen.DBTX, gen.InboxDeadLetterByIDParams) (*gen.InboxDeadLetterByIDRow, error)
 	requeue          func(context.Context, gen.DBTX, gen.InboxRequeueParams) ([]uuid.UUID, error)
-	requeueBatch     func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]gen.InboxRequeueBatchRow, error)
+	requeueBatch     func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]*gen.InboxRequeueBatchRow, error)
 	purge            func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
-	purgeHeads       func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (gen.InboxPurgeHeadsRow, error)
-	retained         func(context.Context, gen.DBTX, gen.InboxRetainedParams) (gen.InboxRetainedRow, error)
-	countByStatus    func(context.Context, gen.DBTX, struct{}) ([]gen.InboxCountByStatusRow, error)
-	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (gen.InboxLeaseHealthRow, error)
-	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (gen.InboxGetRow, error)
-	list             func(context.Context, gen.DBTX, gen.InboxListParams) ([]gen.InboxGetRow, error)
+	purgeHeads       func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (*gen.InboxPurgeHeadsRow, error)
+	retained         func(context.Context, gen.DBTX, gen.InboxRetainedParams) (*gen.InboxRetainedRow, error)
+	countByStatus    func(context.Context, gen.DBTX, struct{}) ([]*gen.InboxCountByStatusRow, error)
+	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (*gen.InboxLeaseHealthRow, error)
+	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (*gen.InboxGetRow, error)
+	list             func(context.Context, gen.DBTX, gen.InboxListParams) ([]*gen.InboxGetRow, error)
 	countMatching    func(context.Context, gen.DBTX, gen.InboxCountMatchingParams) (int64, error)
-	deadLetterGroups func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]gen.InboxDeadLetterGroupsRow, error)
+	deadLetterGroups func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]*gen.InboxDeadLetterGroupsRow, error)
 	purgeByIDs       func(context.Context, gen.DBTX, gen.InboxPurgeByIDsParams) ([]uuid.UUID, error)
-	keyList          func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]gen.InboxKeyListRow, error)
+	keyList          func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]*gen.InboxKeyListRow, error)
 	enqueue          func(context.Context, gen.DBTX, enqueueColumns) ([]uuid.UUID, error)
 	enqueueCopy      func(context.Context, gen.DBTX, []NewMessage) (int64, error)
 	enqueueOrder     func(context.Context, gen.DBTX, gen.InboxEnqueueOrderParams) (int64, error)
 	keyLock          func(context.Context, gen.DBTX, gen.InboxKeyLockParams) (int64, error)
-	keyAdvance       func(context.Context, gen.DBTX, gen.InboxKeyAdvanceParams) (gen.InboxKeyAdvanceRow, error)
-	keyAdvanceVacant func(context.Context, gen.DBTX, gen.InboxKeyAdvanceVacantParams) (gen.InboxKeyAdvanceVacantRow, error)
-	orderingHealth   func(context.Context, gen.DBTX, gen.InboxOrderingHealthParams) ([]gen.InboxOrderingHealthRow, error)
+	keyAdvance       func(context.Context, gen.DBTX, gen.InboxKeyAdvanceParams) (*gen.InboxKeyAdvanceRow, error)
+	keyAdvanceVacant func(context.Context, gen.DBTX, gen.InboxKeyAdvanceVacantParams) (*gen.InboxKeyAdvanceVacantRow, error)
+	orderingHealth   func(context.Context, gen.DBTX, gen.InboxOrderingHealthParams) ([]*gen.InboxOrderingHealthRow, error)
 	vacuum           func(context.Context, gen.DBTX, struct{}) (struct{}, error)
 	vacuumKeys       func(context.Context, gen.DBTX, struct{}) (struct{}, error)
 
 	// enqueueDuplicates is the inbox's only: the outbox refuses duplicates.
-	enqueueDuplicates func(context.Context, gen.DBTX, gen.InboxEnqueueDuplicatesParams) ([]gen.InboxEnqueueDuplicatesRow, error)
+	enqueueDuplicates func(context.Context, gen.DBTX, gen.InboxEnqueueDuplicatesParams) ([]*gen.InboxEnqueueDuplicatesRow, error)
 }
 
 // queriesFor returns the queries of q, a valid queue.
@@ -62,14 +63,14 @@ func queriesFor(q Queue) queries {
 func inboxQueries(q *gen.Queries) queries {
 	return queries{
 		claim:            q.InboxClaim,
-		claimTenant:      adapt(q.InboxClaimTenant, same, each(func(r gen.InboxClaimTenantRow) gen.InboxClaimRow { return gen.InboxClaimRow(r) })),
+		claimTenant:      adapt(q.InboxClaimTenant, same, each(func(r *gen.InboxClaimTenantRow) *gen.InboxClaimRow { return (*gen.InboxClaimRow)(r) })),
 		renew:            q.InboxRenew,
-		release:          adapt(q.InboxRelease, same, each(func(r gen.InboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+		release:          adapt(q.InboxRelease, same, each(func(r *gen.InboxReleaseRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		releaseOrphans:   q.InboxReleaseOrphans,
 		expirePrevious:   q.InboxExpirePrevious,
 		complete:         q.InboxComplete,
-		fail:             adapt(q.InboxFail, same, each(func(r gen.InboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
-		deadLetter:       adapt(q.InboxDeadLetter, same, each(func(r gen.InboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+		fail:             adapt(q.InboxFail, same, each(func(r *gen.InboxFailRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
+		deadLetter:       adapt(q.InboxDeadLetter, same, each(func(r *gen.InboxDeadLetterRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		deadLetterByID:   q.InboxDeadLetterByID,
 		requeue:          q.InboxRequeue,
 		requeueBatch:     q.InboxRequeueBatch,
@@ -79,7 +80,7 @@ func inboxQueries(q *gen.Queries) queries {
 		countByStatus:    noParams(q.InboxCountByStatus),
 		leaseHealth:      q.InboxLeaseHealth,
 		get:              q.InboxGet,
-		list:             adapt(q.InboxList, same, each(func(r gen.InboxListRow) gen.InboxGetRow { return gen.InboxGetRow(r) })),
+		list:             adapt(q.InboxList, same, each(func(r *gen.InboxListRow) *gen.InboxGetRow { return (*gen.InboxGetRow)(r) })),
 		countMatching:    q.InboxCountMatching,
 		deadLetterGroups: q.InboxDeadLetterGroups,
 		purgeByIDs:       q.InboxPurgeByIDs,
@@ -105,13 +106,13 @@ func inboxQueries(q *gen.Queries) queries {
 func outboxQueries(q *gen.Queries) queries {
 	return queries{
 		claim: adapt(q.OutboxClaim, func(p gen.InboxClaimParams) gen.OutboxClaimParams { return gen.OutboxClaimParams(p) },
-			each(func(r gen.OutboxClaimRow) gen.InboxClaimRow { return gen.InboxClaimRow(r) })),
+			each(func(r *gen.OutboxClaimRow) *gen.InboxClaimRow { return (*gen.InboxClaimRow)(r) })),
 		claimTenant: adapt(q.OutboxClaimTenant, func(p gen.InboxClaimTenantParams) gen.OutboxClaimTenantParams { return gen.OutboxClaimTenantParams(p) },
-			each(func(r gen.OutboxClaimTenantRow) gen.InboxClaimRow { return gen.InboxClaimRow(r) })),
+			each(func(r *gen.OutboxClaimTenantRow) *gen.InboxClaimRow { return (*gen.InboxClaimRow)(r) })),
 		renew: adapt(q.OutboxRenew, func(p gen.InboxRenewParams) gen.OutboxRenewParams { return gen.OutboxRenewParams(p) },
-			each(func(r gen.OutboxRenewRow) gen.InboxRenewRow { return gen.InboxRenewRow(r) })),
+			each(func(r *gen.OutboxRenewRow) *gen.InboxRenewRow { return (*gen.InboxRenewRow)(r) })),
 		release: adapt(q.OutboxRelease, func(p gen.InboxReleaseParams) gen.OutboxReleaseParams { return gen.OutboxReleaseParams(p) },
-			each(func(r gen.OutboxReleaseRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+			each(func(r *gen.OutboxReleaseRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		releaseOrphans: adapt(q.OutboxReleaseOrphans, func(p gen.InboxReleaseOrphansParams) gen.OutboxReleaseOrphansParams {
 			return gen.OutboxReleaseOrphansParams(p)
 		}, same),
@@ -119,45 +120,47 @@ func outboxQueries(q *gen.Queries) queries {
 			return gen.OutboxExpirePreviousParams(p)
 		}, same),
 		complete: adapt(q.OutboxPublish, func(p gen.InboxCompleteParams) gen.OutboxPublishParams { return gen.OutboxPublishParams(p) },
-			each(func(r gen.OutboxPublishRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+			each(func(r *gen.OutboxPublishRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		fail: adapt(q.OutboxFail, func(p gen.InboxFailParams) gen.OutboxFailParams { return gen.OutboxFailParams(p) },
-			each(func(r gen.OutboxFailRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+			each(func(r *gen.OutboxFailRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		deadLetter: adapt(q.OutboxDeadLetter, func(p gen.InboxDeadLetterParams) gen.OutboxDeadLetterParams { return gen.OutboxDeadLetterParams(p) },
-			each(func(r gen.OutboxDeadLetterRow) gen.InboxCompleteRow { return gen.InboxCompleteRow(r) })),
+			each(func(r *gen.OutboxDeadLetterRow) *gen.InboxCompleteRow { return (*gen.InboxCompleteRow)(r) })),
 		deadLetterByID: adapt(q.OutboxDeadLetterByID, func(p gen.InboxDeadLetterByIDParams) gen.OutboxDeadLetterByIDParams {
 			return gen.OutboxDeadLetterByIDParams(p)
 		},
-			func(r gen.OutboxDeadLetterByIDRow) gen.InboxDeadLetterByIDRow { return gen.InboxDeadLetterByIDRow(r) }),
+			func(r *gen.OutboxDeadLetterByIDRow) *gen.InboxDeadLetterByIDRow {
+				return (*gen.InboxDeadLetterByIDRow)(r)
+			}),
 		requeue: adapt(q.OutboxRequeue, func(p gen.InboxRequeueParams) gen.OutboxRequeueParams { return gen.OutboxRequeueParams(p) }, same),
 		requeueBatch: adapt(q.OutboxRequeueBatch, func(p gen.InboxRequeueBatchParams) gen.OutboxRequeueBatchParams {
 			return gen.OutboxRequeueBatchParams(p)
 		},
-			each(func(r gen.OutboxRequeueBatchRow) gen.InboxRequeueBatchRow { return gen.InboxRequeueBatchRow(r) })),
+			each(func(r *gen.OutboxRequeueBatchRow) *gen.InboxRequeueBatchRow { return (*gen.InboxRequeueBatchRow)(r) })),
 		purge: adapt(q.OutboxPurge, func(p gen.InboxPurgeParams) gen.OutboxPurgeParams { return gen.OutboxPurgeParams(p) }, same),
 		purgeHeads: adapt(q.OutboxPurgeHeads, func(p gen.InboxPurgeHeadsParams) gen.OutboxPurgeHeadsParams { return gen.OutboxPurgeHeadsParams(p) },
-			func(r gen.OutboxPurgeHeadsRow) gen.InboxPurgeHeadsRow { return gen.InboxPurgeHeadsRow(r) }),
+			func(r *gen.OutboxPurgeHeadsRow) *gen.InboxPurgeHeadsRow { return (*gen.InboxPurgeHeadsRow)(r) }),
 		retained: adapt(q.OutboxRetained, func(p gen.InboxRetainedParams) gen.OutboxRetainedParams { return gen.OutboxRetainedParams(p) },
-			func(r gen.OutboxRetainedRow) gen.InboxRetainedRow { return gen.InboxRetainedRow(r) }),
+			func(r *gen.OutboxRetainedRow) *gen.InboxRetainedRow { return (*gen.InboxRetainedRow)(r) }),
 		countByStatus: adapt(noParams(q.OutboxCountByStatus), same,
-			each(func(r gen.OutboxCountByStatusRow) gen.InboxCountByStatusRow { return gen.InboxCountByStatusRow(r) })),
+			each(func(r *gen.OutboxCountByStatusRow) *gen.InboxCountByStatusRow { return (*gen.InboxCountByStatusRow)(r) })),
 		leaseHealth: adapt(q.OutboxLeaseHealth, func(p gen.InboxLeaseHealthParams) gen.OutboxLeaseHealthParams { return gen.OutboxLeaseHealthParams(p) },
-			func(r gen.OutboxLeaseHealthRow) gen.InboxLeaseHealthRow { return gen.InboxLeaseHealthRow(r) }),
+			func(r *gen.OutboxLeaseHealthRow) *gen.InboxLeaseHealthRow { return (*gen.InboxLeaseHealthRow)(r) }),
 		get: adapt(q.OutboxGet, func(p gen.InboxGetParams) gen.OutboxGetParams { return gen.OutboxGetParams(p) },
-			func(r gen.OutboxGetRow) gen.InboxGetRow { return gen.InboxGetRow(r) }),
+			func(r *gen.OutboxGetRow) *gen.InboxGetRow { return (*gen.InboxGetRow)(r) }),
 		list: adapt(q.OutboxList, func(p gen.InboxListParams) gen.OutboxListParams { return gen.OutboxListParams(p) },
-			each(func(r gen.OutboxListRow) gen.InboxGetRow { return gen.InboxGetRow(r) })),
+			each(func(r *gen.OutboxListRow) *gen.InboxGetRow { return (*gen.InboxGetRow)(r) })),
 		countMatching: adapt(q.OutboxCountMatching, func(p gen.InboxCountMatchingParams) gen.OutboxCountMatchingParams {
 			return gen.OutboxCountMatchingParams(p)
 		}, same),
 		deadLetterGroups: adapt(q.OutboxDeadLetterGroups, func(p gen.InboxDeadLetterGroupsParams) gen.OutboxDeadLetterGroupsParams {
 			return gen.OutboxDeadLetterGroupsParams(p)
 		},
-			each(func(r gen.OutboxDeadLetterGroupsRow) gen.InboxDeadLetterGroupsRow {
-				return gen.InboxDeadLetterGroupsRow(r)
+			each(func(r *gen.OutboxDeadLetterGroupsRow) *gen.InboxDeadLetterGroupsRow {
+				return (*gen.InboxDeadLetterGroupsRow)(r)
 			})),
 		purgeByIDs: adapt(q.OutboxPurgeByIDs, func(p gen.InboxPurgeByIDsParams) gen.OutboxPurgeByIDsParams { return gen.OutboxPurgeByIDsParams(p) }, same),
 		keyList: adapt(q.OutboxKeyList, func(p gen.InboxKeyListParams) gen.OutboxKeyListParams { return gen.OutboxKeyListParams(p) },
-			each(func(r gen.OutboxKeyListRow) gen.InboxKeyListRow { return gen.InboxKeyListRow(r) })),
+			each(func(r *gen.OutboxKeyListRow) *gen.InboxKeyListRow { return (*gen.InboxKeyListRow)(r) })),
 		enqueue: func(ctx context.Context, db gen.DBTX, c enqueueColumns) ([]uuid.UUID, error) {
 			return outboxEnqueue(ctx, db, q, c)
 		},
@@ -169,17 +172,19 @@ func outboxQueries(q *gen.Queries) queries {
 		}, same),
 		keyLock: adapt(q.OutboxKeyLock, func(p gen.InboxKeyLockParams) gen.OutboxKeyLockParams { return gen.OutboxKeyLockParams(p) }, same),
 		keyAdvance: adapt(q.OutboxKeyAdvance, func(p gen.InboxKeyAdvanceParams) gen.OutboxKeyAdvanceParams { return gen.OutboxKeyAdvanceParams(p) },
-			func(r gen.OutboxKeyAdvanceRow) gen.InboxKeyAdvanceRow { return gen.InboxKeyAdvanceRow(r) }),
+			func(r *gen.OutboxKeyAdvanceRow) *gen.InboxKeyAdvanceRow { return (*gen.InboxKeyAdvanceRow)(r) }),
 		keyAdvanceVacant: adapt(q.OutboxKeyAdvanceVacant, func(p gen.InboxKeyAdvanceVacantParams) gen.OutboxKeyAdvanceVacantParams {
 			return gen.OutboxKeyAdvanceVacantParams(p)
 		},
-			func(r gen.OutboxKeyAdvanceVacantRow) gen.InboxKeyAdvanceVacantRow {
-				return gen.InboxKeyAdvanceVacantRow(r)
+			func(r *gen.OutboxKeyAdvanceVacantRow) *gen.InboxKeyAdvanceVacantRow {
+				return (*gen.InboxKeyAdvanceVacantRow)(r)
 			}),
 		orderingHealth: adapt(q.OutboxOrderingHealth, func(p gen.InboxOrderingHealthParams) gen.OutboxOrderingHealthParams {
 			return gen.OutboxOrderingHealthParams(p)
 		},
-			each(func(r gen.OutboxOrderingHealthRow) gen.InboxOrderingHealthRow { return gen.InboxOrderingHealthRow(r) })),
+			each(func(r *gen.OutboxOrderingHealthRow) *gen.InboxOrderingHealthRow {
+				return (*gen.InboxOrderingHealthRow)(r)
+			})),
 		vacuum:     exec(q.OutboxVacuum),
 		vacuumKeys: exec(q.OutboxVacuumKeys),
 	}

@@ -70,7 +70,7 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 	}
 	g := gen.New()
 	table := bind(g.VacuumState, gen.VacuumStateParams{TableName: s.queue.Table()})
-	keys := &optional[gen.VacuumStateParams, gen.VacuumStateRow]{stmt: bind(g.VacuumState, gen.VacuumStateParams{TableName: s.queue.KeyTable()})}
+	keys := &optional[gen.VacuumStateParams, *gen.VacuumStateRow]{stmt: bind(g.VacuumState, gen.VacuumStateParams{TableName: s.queue.KeyTable()})}
 	if err := s.send(ctx, anySchema, table, keys); err != nil {
 		return Vacuum{}, fmt.Errorf("leasing: vacuum %s: %w", s.queue, err)
 	}
@@ -79,7 +79,7 @@ func (s *Postgres) VacuumIfDead(ctx context.Context, deadRows int64) (Vacuum, er
 
 // vacuum is VacuumIfDead once the tables' states are read; hasKeys is
 // false on a schema before migration 00010.
-func (s *Postgres) vacuum(ctx context.Context, deadRows int64, table, keys gen.VacuumStateRow, hasKeys bool) (Vacuum, error) {
+func (s *Postgres) vacuum(ctx context.Context, deadRows int64, table, keys *gen.VacuumStateRow, hasKeys bool) (Vacuum, error) {
 	v := Vacuum{DeadRows: table.DeadRows}
 	var denied []string
 	if !table.MayVacuum {
@@ -114,7 +114,7 @@ func (s *Postgres) vacuum(ctx context.Context, deadRows int64, table, keys gen.V
 // vacuumDue reports whether VacuumIfDead sends VACUUM for a table in state
 // st: none runs, and the statistics count at least deadRows dead row
 // versions or, when analyse, live rows in a table never analysed.
-func vacuumDue(st gen.VacuumStateRow, deadRows int64, analyse bool) bool {
+func vacuumDue(st *gen.VacuumStateRow, deadRows int64, analyse bool) bool {
 	if st.Running {
 		return false
 	}

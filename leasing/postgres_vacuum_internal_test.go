@@ -28,6 +28,6 @@ func TestVacuumDue(t *testing.T) {
 		"KeysAnalysedBelow":        {gen.VacuumStateRow{DeadRows: 99, LiveRows: 10, Analyzed: true}, true, false},
 		"KeysAtThreshold":          {gen.VacuumStateRow{DeadRows: 100, Analyzed: true}, true, true},
 	} {
-		require.Equal(t, c.want, vacuumDue(c.st, 100, c.analyse), name)
+		require.Equal(t, c.want, vacuumDue(&c.st, 100, c.analyse), name)
 	}
 }

@@ -26,7 +26,7 @@ func tableVacuums(t *testing.T, pool *pgxpool.Pool, table string) (vacuums, dead
 }
 
 // tableHealth returns table's statistics.
-func tableHealth(t *testing.T, pool *pgxpool.Pool, table string) gen.DiagnosticsTableHealthRow {
+func tableHealth(t *testing.T, pool *pgxpool.Pool, table string) *gen.DiagnosticsTableHealthRow {
 	t.Helper()
 	h, err := gen.New().DiagnosticsTableHealth(context.Background(), pool, gen.DiagnosticsTableHealthParams{TableName: table})
 	require.NoError(t, err)

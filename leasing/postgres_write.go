@@ -127,7 +127,7 @@ func (s *Postgres) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...Lease) (
 }
 
 // complete returns the Complete (Publish) statement for f.
-func (s *Postgres) complete(f fenceArgs) result[[]gen.InboxCompleteRow] {
+func (s *Postgres) complete(f fenceArgs) result[[]*gen.InboxCompleteRow] {
 	return bind(s.q.complete, gen.InboxCompleteParams{
 		LeaseOwner: f.owner, MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, Now: f.now,
 	})
@@ -161,7 +161,7 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 
 // write sends one fenced write and the key steps of keyed, the ids of the
 // keyed messages it may finish, and wraps its error with op.
-func (s *Postgres) write(ctx context.Context, op string, w result[[]gen.InboxCompleteRow], keyed []uuid.UUID) (WriteResult, error) {
+func (s *Postgres) write(ctx context.Context, op string, w result[[]*gen.InboxCompleteRow], keyed []uuid.UUID) (WriteResult, error) {
 	if err := s.send(ctx, hotPath, append([]step{w}, s.keySteps(keyed)...)...); err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
 	}
