@@ -290,5 +290,8 @@ func tableStats(ctx context.Context, pool *pgxpool.Pool, t table) (vacuumCounts,
 		return vacuumCounts{}, 0, err
 	}
 	k, err := g.DiagnosticsTableHealth(ctx, pool, gen.DiagnosticsTableHealthParams{TableName: t.keys})
-	return vacuumCounts{auto: h.AutovacuumCount, manual: h.VacuumCount, keys: k.VacuumCount}, h.DeadTuples, err
+	if err != nil {
+		return vacuumCounts{}, 0, err
+	}
+	return vacuumCounts{auto: h.AutovacuumCount, manual: h.VacuumCount, keys: k.VacuumCount}, h.DeadTuples, nil
 }
