@@ -363,7 +363,7 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) 
 // It returns the claim's leases and error.
 func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, req leasing.ClaimRequest) ([]leasing.Lease, error) {
 	cc := r.p.store.(CompleteClaimer) // writer.merge checked it
-	leases := leasesOf(done)
+	leases := appendLeases(make([]leasing.Lease, 0, len(done)), done)
 	var (
 		claimed  []leasing.Lease
 		claimErr error

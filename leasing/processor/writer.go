@@ -310,10 +310,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 		failures []leasing.Failure // fail, dead letter and release after
 	)
 	if kind == writeRelease || kind == writeComplete {
-		leases = w.leases[:0]
-		for _, pw := range g {
-			leases = append(leases, pw.failure.Lease)
-		}
+		leases = appendLeases(w.leases[:0], g)
 		w.leases = leases
 		defer clear(leases) // drop the leases for the garbage collector
 	} else {
@@ -422,13 +419,12 @@ func (w *writer) persist(call storeWrite, yield bool) (leasing.WriteResult, erro
 	}
 }
 
-// leasesOf returns the leases of g's outcomes, in g's order.
-func leasesOf(g []pendingWrite) []leasing.Lease {
-	leases := make([]leasing.Lease, len(g))
-	for i, pw := range g {
-		leases[i] = pw.failure.Lease
+// appendLeases appends the leases of g's outcomes to dst, in g's order.
+func appendLeases(dst []leasing.Lease, g []pendingWrite) []leasing.Lease {
+	for _, pw := range g {
+		dst = append(dst, pw.failure.Lease)
 	}
-	return leases
+	return dst
 }
 
 // oneKind reports whether every outcome in batch is of one kind.
