@@ -29,13 +29,14 @@ type run struct {
 	timeouts *timeouts      // the workers' handler calls under HandlerTimeout
 
 	// New's workers are goroutines that outlive their handler calls: the
-	// loop sends each started lease on started, and starts another worker
+	// loop puts each started lease in started, and starts another worker
 	// only when more calls run than there are workers (so at most
 	// Concurrency). A worker reused keeps its grown stack, where a
-	// goroutine per call grew a new one each time. NewBatch starts a
-	// goroutine per call instead.
-	started chan *heldLease // New: capacity Concurrency; closed by shutdown
-	workers int             // New: worker goroutines started
+	// goroutine per call grew a new one each time; one back from a call
+	// takes the next lease without sleeping (see handoff). NewBatch starts
+	// a goroutine per call instead.
+	started *handoff // New: the leases started, to the workers; closed by shutdown
+	workers int      // New: worker goroutines started
 
 	// Claims run on goroutines of their own, so that the loop goes on
 	// starting waiting leases as slots free meanwhile; at most
@@ -61,7 +62,7 @@ func newRun(p *Processor, base context.Context, book *book, w *writer) *run {
 		freed: make(chan struct{}, 1), claimed: make(chan claimResult, maxClaimsInFlight), earlyClaim: make(chan struct{}, 1),
 	}
 	if p.batch == nil {
-		r.started = make(chan *heldLease, p.opts.Concurrency)
+		r.started = &handoff{}
 	}
 	r.timeouts = newTimeouts(r, p.opts.HandlerTimeout)
 	return r
@@ -492,16 +493,19 @@ func (r *run) dispatch() {
 			r.workers++
 			r.wg.Go(r.work)
 		}
-		// Never blocks: at most running leases are sent and not yet
-		// received, and running is at most Concurrency.
-		r.started <- h
+		r.started.put(h)
 	}
 }
 
-// work is one of New's workers: it calls the handler for each lease the
-// loop sends on started, until shutdown closes it.
+// work is one of New's workers: it calls the handler for each lease it
+// takes from started, until shutdown closes it.
 func (r *run) work() {
-	for h := range r.started {
+	wake := make(chan struct{}, 1)
+	for {
+		h, ok := r.started.take(wake)
+		if !ok {
+			return
+		}
 		lease := r.book.lease(h)
 		ctx := r.p.ev.processStarted(h, lease)
 		if r.p.completesTx {
@@ -648,7 +652,7 @@ func (r *run) shutdown() {
 	}
 
 	if r.started != nil {
-		close(r.started) // the workers return once the leases sent are worked
+		r.started.close() // the workers return once the leases put are worked
 	}
 	finished := make(chan struct{})
 	go func() {
