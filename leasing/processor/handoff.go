@@ -13,9 +13,8 @@ import "sync"
 type handoff struct {
 	mu     sync.Mutex
 	queue  []*heldLease    // put, not yet taken, in order
-	head   int             // queue[head:] are the leases not yet taken
 	idle   []chan struct{} // workers asleep, each on its own channel (capacity 1), most recent last
-	waking bool            // a worker was woken and has not yet looked (may stay set after close)
+	waking bool            // a worker was woken and has not yet looked
 	closed bool            // no more leases come: workers return once the queue is empty
 }
 
@@ -24,13 +23,6 @@ type handoff struct {
 func (q *handoff) put(hs ...*heldLease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.head > 0 && q.head >= len(q.queue)/2 {
-		// Drop the taken leases' slots, so the queue is not grown
-		// without end while it never quite empties.
-		n := copy(q.queue, q.queue[q.head:])
-		clear(q.queue[n:])
-		q.queue, q.head = q.queue[:n], 0
-	}
 	q.queue = append(q.queue, hs...)
 	q.wakeOne()
 }
@@ -48,19 +40,15 @@ func (q *handoff) close() {
 
 // take returns the next queued lease, sleeping on wake (the caller's own
 // channel, capacity 1) while none is queued; false once the handoff is
-// closed and empty. A worker woken by wakeOne clears waking when it
-// looks, whether or not a lease is left for it.
+// closed and empty. A woken worker clears waking when it looks, whether
+// or not a lease is left for it (after close, waking no longer matters).
 func (q *handoff) take(wake chan struct{}) (*heldLease, bool) {
 	q.mu.Lock()
-	woken := false
 	for {
-		if woken {
-			q.waking = false
-		}
-		if q.head < len(q.queue) {
-			h := q.queue[q.head]
-			q.queue[q.head] = nil
-			q.head++
+		if len(q.queue) > 0 {
+			h := q.queue[0]
+			q.queue[0] = nil
+			q.queue = q.queue[1:]
 			q.wakeOne()
 			q.mu.Unlock()
 			return h, true
@@ -73,14 +61,14 @@ func (q *handoff) take(wake chan struct{}) (*heldLease, bool) {
 		q.mu.Unlock()
 		<-wake
 		q.mu.Lock()
-		woken = !q.closed
+		q.waking = false
 	}
 }
 
 // wakeOne wakes an idle worker when leases are queued and no woken worker
 // is on its way. q.mu is held.
 func (q *handoff) wakeOne() {
-	if q.waking || q.head == len(q.queue) || len(q.idle) == 0 {
+	if q.waking || len(q.queue) == 0 || len(q.idle) == 0 {
 		return
 	}
 	n := len(q.idle) - 1
