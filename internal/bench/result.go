@@ -173,6 +173,12 @@ type Drain struct {
 	// whose cores the client shares with the server, it is CPU the server
 	// did not get. 0 where the system does not report it.
 	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
+	// DatabaseCPUSeconds is the CPU time (user + system, seconds) of the
+	// PostgreSQL server over the same span as ClientCPUSeconds, all its
+	// processes (DatabaseCPU): the drain's statements, the vacuum
+	// policy's VACUUMs and the server's own background work. 0 where the
+	// server does not run on this machine or is not read (not Linux).
+	DatabaseCPUSeconds float64 `json:"database_cpu_seconds,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.
 	Autovacuums int64 `json:"autovacuums"`
 	// Vacuums counts the other VACUUMs of the table during the drain: the
