@@ -18,7 +18,10 @@ import (
 // is an Outcome in the WriteResult (WriteResult.Err makes it one) or an id
 // in RenewResult.Lost. A method does not keep its slice arguments once it
 // returns: the caller may reuse them (the processor reuses its write
-// arguments).
+// arguments). A slice a method returns (Claim's leases) is the caller's:
+// the store keeps no reference to it, and the caller may change it (the
+// processor keeps a claim's leases in it until their outcomes are
+// written).
 //
 // Errors, for every method but Queue:
 //   - an *ArgumentError (errors.Is ErrInvalidArgument) for bad input, found

@@ -22,10 +22,19 @@ const (
 
 // heldLease is one lease a processor holds. Its lease, deadline, state,
 // lost, timedOut and committing fields belong to the book that tracks it:
-// only book methods read or write them, under book.mu. ctx and cancel are
-// set once, by track.
+// only book methods read or write them, under book.mu; but for two reads of
+// lease.Message without it, of leases whose outcome no one writes yet (the
+// loop's releaseOpen, of waiting leases, and the batch span's message ids,
+// as the call starts), which renews do not change. ctx and cancel are set
+// once, by track.
 type heldLease struct {
-	lease    leasing.Lease
+	// lease is its element of the lease list of the claim that took it,
+	// which the claim's other leases share: not copied, it costs no
+	// allocation per lease. untrack zeroes it once the outcome is written,
+	// so that a lease of the claim still held does not keep the written
+	// ones' messages alive. A lease lost is not zeroed: its message stays
+	// until the claim's other leases are let go too.
+	lease    *leasing.Lease
 	deadline time.Time // local: the lease may have expired from then on
 	state    leaseState
 	lost     bool
@@ -65,14 +74,16 @@ func newBook(leaseFor time.Duration, ev *events) *book {
 }
 
 // track starts holding leases claimed with a call sent at sent; their
-// handler contexts carry base's values. A lease still held on one of these
-// messages under an older generation has evidently expired and been
-// reclaimed: it is lost.
+// handler contexts carry base's values. The book keeps leases, whose
+// elements it changes: the caller must not use it again. A lease still
+// held on one of these messages under an older generation has evidently
+// expired and been reclaimed: it is lost.
 func (b *book) track(base context.Context, leases []leasing.Lease, sent time.Time) []*heldLease {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]*heldLease, len(leases))
-	for i, l := range leases {
+	for i := range leases {
+		l := &leases[i]
 		if old := b.held[l.Message.ID]; old != nil && !old.writing() {
 			b.markLost(old)
 		}
@@ -115,7 +126,7 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 		return leasing.Lease{}, false
 	}
 	h.state = state
-	return h.lease, true
+	return *h.lease, true
 }
 
 // lease returns h's lease as it stands: the renews so far set its
@@ -123,7 +134,7 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 func (b *book) lease(h *heldLease) leasing.Lease {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return h.lease
+	return *h.lease
 }
 
 // committing marks h, whose NewTx handler has completed its message in
@@ -176,7 +187,7 @@ func (b *book) timeOut(h *heldLease) (leasing.Lease, bool) {
 	}
 	h.state = stateWriting
 	h.timedOut = true
-	return h.lease, true
+	return *h.lease, true
 }
 
 // stopWaiting cancels the leases of waiting, whose handlers have not
@@ -193,7 +204,7 @@ func (b *book) stopWaiting(waiting []*heldLease, cause error) []pendingWrite {
 		}
 		h.state = stateWriting
 		h.cancel(cause)
-		release = append(release, pendingWrite{h: h, kind: writeRelease, failure: leasing.Failure{Lease: h.lease}})
+		release = append(release, pendingWrite{h: h, kind: writeRelease, failure: leasing.Failure{Lease: *h.lease}})
 	}
 	return release
 }
@@ -211,8 +222,9 @@ func (b *book) cancelRunning(cause error) {
 }
 
 // untrack stops holding the leases of g once their outcomes are written or
-// given up; gaveUp says the write was given up, so that orphan sweeps
-// leave those rows alone: their handlers ran.
+// given up, and zeroes their leases (heldLease.lease); the writes carry
+// copies. gaveUp says the write was given up, so that orphan sweeps leave
+// those rows alone: their handlers ran.
 func (b *book) untrack(g []pendingWrite, gaveUp bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -224,6 +236,7 @@ func (b *book) untrack(g []pendingWrite, gaveUp bool) {
 		if gaveUp {
 			b.rememberLost(id)
 		}
+		*pw.h.lease = leasing.Lease{}
 	}
 }
 
@@ -278,7 +291,7 @@ func (b *book) renewable(now time.Time) (leases []leasing.Lease, deadline time.T
 			}
 			continue
 		}
-		leases = append(leases, h.lease)
+		leases = append(leases, *h.lease)
 		if deadline.IsZero() || h.deadline.Before(deadline) {
 			deadline = h.deadline
 		}

@@ -237,7 +237,7 @@ func (e *events) batchWrongLength(leases []leasing.Lease, got int) {
 // leaseLost records h given up as lost.
 func (e *events) leaseLost(h *heldLease) {
 	count(e.m.lost, 1)
-	e.log.log(slog.LevelWarn, "lease lost", leaseAttrs(h.lease)...)
+	e.log.log(slog.LevelWarn, "lease lost", leaseAttrs(*h.lease)...)
 }
 
 // skipped records an outcome not written because its lease was lost.

@@ -132,7 +132,8 @@ var _ PrivilegeChecker = (*leasing.Postgres)(nil)
 // commit where two would be, held at most 50 ms for it.
 type CompleteClaimer interface {
 	// CompleteAndClaim completes done as Complete does and then claims r
-	// as Claim does; see leasing.Postgres.CompleteAndClaim.
+	// as Claim does; see leasing.Postgres.CompleteAndClaim. The leases it
+	// returns are the caller's, as Claim's are (leasing.Store).
 	CompleteAndClaim(ctx context.Context, done []leasing.Lease, r leasing.ClaimRequest) (leasing.WriteResult, []leasing.Lease, error)
 }
 

@@ -52,8 +52,8 @@ func TestWriterRecordsCommittedFirst(t *testing.T) {
 		{Queue: leasing.Inbox, Owner: "o", Generation: 1, Message: leasing.Message{ID: uuid.New()}},
 	}, time.Now())
 	w := newWriter(p, book, context.Background(), 8)
-	failed := pendingWrite{h: hs[0], kind: writeFail, failure: leasing.Failure{Lease: hs[0].lease, Error: "boom"}}
-	committed := pendingWrite{h: hs[1], kind: writeCommitted, failure: leasing.Failure{Lease: hs[1].lease}}
+	failed := pendingWrite{h: hs[0], kind: writeFail, failure: leasing.Failure{Lease: *hs[0].lease, Error: "boom"}}
+	committed := pendingWrite{h: hs[1], kind: writeCommitted, failure: leasing.Failure{Lease: *hs[1].lease}}
 
 	wrote := make(chan struct{})
 	go func() {
