@@ -70,9 +70,9 @@ type Config struct {
 	// SkipRaw skips the pgbench baseline.
 	SkipRaw bool
 	// Processors adds to each round a drain by Workers processors
-	// (processor.New) sharing one pool, each with Concurrency and
-	// BatchSize both BatchSize and a no-op handler, compared with the
-	// round's pgbench drain. Defaults to false.
+	// (processor.New) sharing one pool of Workers connections, each with
+	// Concurrency and BatchSize both BatchSize and a no-op handler,
+	// compared with the round's pgbench drain. Defaults to false.
 	Processors bool
 	// Rounds is the number of API + pgbench drain pairs, run alternately,
 	// each drain on a freshly filled table; the ratio reported is their

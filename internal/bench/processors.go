@@ -19,9 +19,14 @@ import (
 const processorPoll = 10 * time.Millisecond
 
 // drainProcessors drains the table with cfg.Workers processors
-// (processor.New) sharing one pool of two connections each (the claim
-// loop's and the writer's) and one more, each with Concurrency and
-// BatchSize cfg.BatchSize and a handler that returns at once. The drain
+// (processor.New) sharing one pool of cfg.Workers connections, each with
+// Concurrency and BatchSize cfg.BatchSize and a handler that returns at
+// once. The pool has as many connections as the API loop has workers and
+// the pgbench loop clients, so that the three drains run as many
+// statements at once: with a connection per claim loop and per writer,
+// and a second claim in flight, four processors ran up to twelve, which
+// cost the server about a quarter more CPU per message drained
+// (docs/notes/2026-12-05-processor-connections.md). The drain
 // runs from the first Run to the last Run's return, after the last
 // handler call, its outcomes written. The vacuum policy runs once, beside
 // them, as in the other drains.
@@ -31,7 +36,7 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	if err != nil {
 		return Drain{}, err
 	}
-	pc.MaxConns = int32(2*cfg.Workers + 1)
+	pc.MaxConns = int32(cfg.Workers)
 	if !cfg.PlainPgx {
 		pc.AfterConnect = leasing.RegisterTypes
 	}
