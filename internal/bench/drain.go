@@ -72,7 +72,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	for i := range workers {
 		workers[i].reserve(cfg, want)
 	}
-	db0, dbKnown := DatabaseCPU(ctx, pool)
+	dbCPU := databaseCPUSince(ctx, pool)
 	cpu0, cpuKnown := ProcessCPU()
 	start := time.Now()
 	for w := range cfg.Workers {
@@ -89,7 +89,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu1, _ := ProcessCPU()
-	db1, _ := DatabaseCPU(ctx, pool)
+	dbSeconds := dbCPU()
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
@@ -109,9 +109,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	if cpuKnown {
 		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
 	}
-	if dbKnown {
-		d.DatabaseCPUSeconds = (db1 - db0).Seconds()
-	}
+	d.DatabaseCPUSeconds = dbSeconds
 	var claimLat, completeLat, pipelineLat []time.Duration
 	seen := make(map[uuid.UUID]struct{}, want)
 	var applied, dup int64

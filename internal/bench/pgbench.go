@@ -114,11 +114,11 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 	cmd.Env = append(os.Environ(), "PGOPTIONS="+strings.TrimSpace(os.Getenv("PGOPTIONS")+" "+hotPathOptions))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	db0, dbKnown := DatabaseCPU(ctx, pool)
+	dbCPU := databaseCPUSince(ctx, pool)
 	start := time.Now()
 	err = cmd.Run()
 	elapsed := time.Since(start)
-	db1, _ := DatabaseCPU(ctx, pool)
+	dbSeconds := dbCPU()
 	progress.done()
 	if vacErr := stopVacuum(); err == nil && vacErr != nil {
 		return Drain{}, vacErr
@@ -140,10 +140,8 @@ func drainPgbench(ctx context.Context, cfg Config, pgbench, dbURL string, pool *
 	d := Drain{
 		Method: "pgbench", Seconds: seconds, MessagesPerSecond: float64(want) / seconds,
 		Claims: int(txns), LoopAvgMs: lat,
-		ClientCPUSeconds: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
-	}
-	if dbKnown {
-		d.DatabaseCPUSeconds = (db1 - db0).Seconds()
+		ClientCPUSeconds:   (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
+		DatabaseCPUSeconds: dbSeconds,
 	}
 	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, err

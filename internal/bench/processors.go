@@ -59,14 +59,14 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	}
 	var handled atomic.Int64
 	stopProgress := progress.drain("processor", want, &handled)
-	db0, dbKnown := DatabaseCPU(ctx, pool)
+	dbCPU := databaseCPUSince(ctx, pool)
 	cpu0, cpuKnown := ProcessCPU()
 	elapsed, err := RunProcessors(ctx, pp, cfg.Queue, ProcessorDrain{
 		Processors: cfg.Workers, Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, Handled: &handled,
 		Options: processor.Options{LeaseDuration: cfg.LeaseFor, PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true}},
 	}, want)
 	cpu1, _ := ProcessCPU()
-	db1, _ := DatabaseCPU(ctx, pool)
+	dbSeconds := dbCPU()
 	stopProgress()
 	if vacErr := stopVacuum(); err == nil {
 		err = vacErr
@@ -79,9 +79,7 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	if cpuKnown {
 		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
 	}
-	if dbKnown {
-		d.DatabaseCPUSeconds = (db1 - db0).Seconds()
-	}
+	d.DatabaseCPUSeconds = dbSeconds
 	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, err
 	}

@@ -16,7 +16,8 @@ import (
 // TestBenchRun runs a small bench end to end on both queues (the outbox in
 // two rounds), pgbench baseline included when pgbench is installed, and
 // requires every drain to verify (every message completed exactly once,
-// other rows untouched) and, on Linux, to report its client's CPU time.
+// other rows untouched) and, on Linux, to report its client's CPU time,
+// and the server's when the server runs here.
 // With the baseline the claim-cost samples come from a drain of their own.
 // The outbox's rounds also drain with processors (Config.Processors).
 func TestBenchRun(t *testing.T) {
@@ -50,6 +51,9 @@ func TestBenchRun(t *testing.T) {
 				require.True(t, d.Verified, "%s: %s", d.Method, d.Problem)
 				if runtime.GOOS == "linux" { // elsewhere the figure may be unknown (0)
 					require.Positive(t, d.ClientCPUSeconds, "%s: client CPU of the drain", d.Method)
+				}
+				if serverHere(t) {
+					require.Positive(t, d.DatabaseCPUSeconds, "%s: database CPU of the drain", d.Method)
 				}
 			}
 			if res.Raw == nil {
