@@ -73,6 +73,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 		workers[i].reserve(cfg, want)
 	}
 	dbCPU := databaseCPUSince(ctx, pool)
+	heap := goHeapSince()
 	cpu0, cpuKnown := ProcessCPU()
 	start := time.Now()
 	for w := range cfg.Workers {
@@ -90,6 +91,8 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	elapsed := time.Since(start)
 	cpu1, _ := ProcessCPU()
 	dbSeconds := dbCPU()
+	var d Drain
+	heap(&d, want)
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
@@ -103,9 +106,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 		return Drain{}, nil, err
 	}
 
-	d := Drain{
-		Method: "leasing", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds(),
-	}
+	d.Method, d.Seconds, d.MessagesPerSecond = "leasing", elapsed.Seconds(), float64(want)/elapsed.Seconds()
 	if cpuKnown {
 		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
 	}

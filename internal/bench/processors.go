@@ -60,6 +60,7 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	var handled atomic.Int64
 	stopProgress := progress.drain("processor", want, &handled)
 	dbCPU := databaseCPUSince(ctx, pool)
+	heap := goHeapSince()
 	cpu0, cpuKnown := ProcessCPU()
 	elapsed, err := RunProcessors(ctx, pp, cfg.Queue, ProcessorDrain{
 		Processors: cfg.Workers, Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, Handled: &handled,
@@ -67,6 +68,8 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	}, want)
 	cpu1, _ := ProcessCPU()
 	dbSeconds := dbCPU()
+	var d Drain
+	heap(&d, want)
 	stopProgress()
 	if vacErr := stopVacuum(); err == nil {
 		err = vacErr
@@ -75,7 +78,7 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 		return Drain{}, fmt.Errorf("bench: %w", err)
 	}
 
-	d := Drain{Method: "processor", Seconds: elapsed.Seconds(), MessagesPerSecond: float64(want) / elapsed.Seconds()}
+	d.Method, d.Seconds, d.MessagesPerSecond = "processor", elapsed.Seconds(), float64(want)/elapsed.Seconds()
 	if cpuKnown {
 		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
 	}

@@ -111,6 +111,9 @@ func writeDrain(b *strings.Builder, res Result, d *Drain) {
 	if d.ClientCPUSeconds > 0 {
 		fmt.Fprintf(b, "; client CPU %.2f s", d.ClientCPUSeconds)
 	}
+	if d.ClientBytesPerMessage > 0 {
+		fmt.Fprintf(b, ", %d GCs, %.0f B allocated per message", d.ClientGCs, d.ClientBytesPerMessage)
+	}
 	if d.DatabaseCPUSeconds > 0 {
 		fmt.Fprintf(b, "; database CPU %.2f s", d.DatabaseCPUSeconds)
 	}

@@ -179,6 +179,16 @@ type Drain struct {
 	// policy's VACUUMs and the server's own background work. 0 where the
 	// server does not run on this machine or is not read (not Linux).
 	DatabaseCPUSeconds float64 `json:"database_cpu_seconds,omitempty"`
+	// ClientGCs counts the garbage collections this process's Go runtime
+	// completed over the same span as ClientCPUSeconds, and
+	// ClientBytesPerMessage is the bytes it allocated on the heap meanwhile
+	// per message drained: the drains this process runs (leasing, keyed
+	// and processor; 0 for pgbench), everything it ran meanwhile included,
+	// as for ClientCPUSeconds. A process with a small live heap, as this one,
+	// collects each time it has allocated about that heap's size again
+	// (GOGC=100), so collections grow with the bytes per message.
+	ClientGCs             int64   `json:"client_gcs,omitempty"`
+	ClientBytesPerMessage float64 `json:"client_bytes_per_message,omitempty"`
 	// Autovacuums counts autovacuum runs on the table during the drain.
 	Autovacuums int64 `json:"autovacuums"`
 	// Vacuums counts the other VACUUMs of the table during the drain: the

@@ -55,6 +55,9 @@ func TestBenchRun(t *testing.T) {
 				if serverHere(t) {
 					require.Positive(t, d.DatabaseCPUSeconds, "%s: database CPU of the drain", d.Method)
 				}
+				if d.Method != "pgbench" {
+					require.Positive(t, d.ClientBytesPerMessage, "%s: bytes the drain allocated", d.Method)
+				}
 			}
 			if res.Raw == nil {
 				t.Logf("pgbench baseline skipped: %s", res.RawSkipped)
