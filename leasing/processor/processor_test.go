@@ -144,6 +144,20 @@ func waitFor(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, 5*time.Second, time.Millisecond, msg)
 }
 
+// waitAdvancing is waitFor for a condition that needs the store's clock to
+// move on: it advances clock by step before each look. A handler call that
+// began before the test changed its answer can write its release (due
+// after a delay on the store's clock) after the test last moved the clock;
+// only a moving clock makes that message due again. step must stay well
+// under the lease duration, which the heartbeat renews on that clock.
+func waitAdvancing(t *testing.T, clock *leasingtest.Clock, step time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	waitFor(t, func() bool {
+		clock.Advance(step)
+		return cond()
+	}, msg)
+}
+
 // receive returns the next value from ch, failing the test when none
 // comes within waitFor's 5 seconds, so that a regression fails instead of
 // hanging the test binary.

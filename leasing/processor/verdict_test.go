@@ -159,7 +159,7 @@ func TestProcessorBreaker(t *testing.T) {
 	down.Store(false)
 	b.clock.Advance(time.Hour)
 	for _, id := range ids {
-		waitFor(t, statusIs(b.mem, id, leasing.StatusPublished), "published once the destination is back")
+		waitAdvancing(t, b.clock, 50*time.Millisecond, statusIs(b.mem, id, leasing.StatusPublished), "published once the destination is back")
 	}
 	require.Zero(t, b.counter("processor.dead_lettered"))
 	require.EqualValues(t, 2, b.counter("processor.breaker_transitions"), "opened, then closed")
@@ -212,7 +212,7 @@ func TestProcessorBreakerPerTopic(t *testing.T) {
 	require.EqualValues(t, 1, b.counter("processor.breaker_transitions"), "orders' breaker opened, audit's never did")
 	down.Store(false)
 	b.clock.Advance(time.Hour)
-	waitFor(t, func() bool { return orders.Load() == 10 }, "orders published once its broker is back")
+	waitAdvancing(t, b.clock, 50*time.Millisecond, func() bool { return orders.Load() == 10 }, "orders published once its broker is back")
 	require.Zero(t, b.counter("processor.dead_lettered"))
 	require.EqualValues(t, 2, b.counter("processor.breaker_transitions"))
 }
