@@ -6,12 +6,14 @@ import (
 	mathrand "math/rand/v2"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 )
 
 // replyDropper makes connections die after a statement was sent and before
@@ -99,6 +101,22 @@ func reconnect(ctx context.Context, url string) (*pgx.Conn, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// backendStart returns how long connecting to url takes, the median of
+// five connections: mostly the server starting a backend.
+func backendStart(t *testing.T, url string) time.Duration {
+	t.Helper()
+	took := make([]time.Duration, 5)
+	for i := range took {
+		began := time.Now()
+		conn, err := pgx.Connect(t.Context(), url)
+		require.NoError(t, err)
+		took[i] = time.Since(began)
+		require.NoError(t, conn.Close(t.Context()))
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
 }
 
 // restartServer restarts the local PostgreSQL 15 cluster and waits until it
