@@ -60,7 +60,11 @@ func printTrace(ctx context.Context, out io.Writer, pool *pgxpool.Pool) error {
 			span.SetStatus(codes.Error, err.Error())
 			return err
 		}
-		time.Sleep(150 * time.Millisecond) // a slow broker: the heartbeat renews the lease meanwhile
+		// A slow broker: the heartbeat renews the lease meanwhile. 250 ms
+		// holds two heartbeat ticks, so that the first renew has at least
+		// 150 ms to finish before the outcome is written, also on a slow
+		// server (a renew took 101 ms in a run that held 150 ms).
+		time.Sleep(250 * time.Millisecond)
 		close(published)
 		return nil
 	})
