@@ -72,9 +72,7 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	for i := range workers {
 		workers[i].reserve(cfg, want)
 	}
-	dbCPU := databaseCPUSince(ctx, pool)
-	heap := goHeapSince()
-	cpu0, cpuKnown := ProcessCPU()
+	costs := drainCostsSince(ctx, pool)
 	start := time.Now()
 	for w := range cfg.Workers {
 		wg.Add(1)
@@ -89,10 +87,8 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, _ := ProcessCPU()
-	dbSeconds := dbCPU()
 	var d Drain
-	heap(&d, want)
+	costs(&d, want)
 	stopProgress()
 	cancel(nil)
 	samples := <-samplerDone
@@ -107,10 +103,6 @@ func drainAPI(ctx context.Context, cfg Config, dbURL string, pool *pgxpool.Pool,
 	}
 
 	d.Method, d.Seconds, d.MessagesPerSecond = "leasing", elapsed.Seconds(), float64(want)/elapsed.Seconds()
-	if cpuKnown {
-		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
-	}
-	d.DatabaseCPUSeconds = dbSeconds
 	var claimLat, completeLat, pipelineLat []time.Duration
 	seen := make(map[uuid.UUID]struct{}, want)
 	var applied, dup int64

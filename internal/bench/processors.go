@@ -59,17 +59,13 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	}
 	var handled atomic.Int64
 	stopProgress := progress.drain("processor", want, &handled)
-	dbCPU := databaseCPUSince(ctx, pool)
-	heap := goHeapSince()
-	cpu0, cpuKnown := ProcessCPU()
+	costs := drainCostsSince(ctx, pool)
 	elapsed, err := RunProcessors(ctx, pp, cfg.Queue, ProcessorDrain{
 		Processors: cfg.Workers, Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, Handled: &handled,
 		Options: processor.Options{LeaseDuration: cfg.LeaseFor, PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true}},
 	}, want)
-	cpu1, _ := ProcessCPU()
-	dbSeconds := dbCPU()
 	var d Drain
-	heap(&d, want)
+	costs(&d, want)
 	stopProgress()
 	if vacErr := stopVacuum(); err == nil {
 		err = vacErr
@@ -79,10 +75,6 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	}
 
 	d.Method, d.Seconds, d.MessagesPerSecond = "processor", elapsed.Seconds(), float64(want)/elapsed.Seconds()
-	if cpuKnown {
-		d.ClientCPUSeconds = (cpu1 - cpu0).Seconds()
-	}
-	d.DatabaseCPUSeconds = dbSeconds
 	if err := finish(ctx, &d, pool, t, want, vac0); err != nil {
 		return Drain{}, err
 	}
