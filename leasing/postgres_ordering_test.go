@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
+	"github.com/leasestore/leasestore/internal/logtest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -24,6 +27,7 @@ type orderingCall struct {
 	key         string
 	start, end  time.Time
 	leaseExpiry time.Time // the lease's expiry when the handler started
+	generation  int64
 	ok          bool
 }
 
@@ -79,7 +83,7 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 		holdOnce  sync.Once
 	)
 	handler := func(hctx context.Context, l leasing.Lease) error {
-		c := orderingCall{id: l.Message.ID, key: l.Message.OrderingKey, start: time.Now(), leaseExpiry: l.ExpiresAt}
+		c := orderingCall{id: l.Message.ID, key: l.Message.OrderingKey, start: time.Now(), leaseExpiry: l.ExpiresAt, generation: l.Generation}
 		hold := false
 		if c.key == held && l.Message.ID == order[held][0] {
 			holdOnce.Do(func() { hold = true })
@@ -107,6 +111,7 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 		mu.Unlock()
 		return err
 	}
+	logs := logtest.New(slog.LevelWarn)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -115,8 +120,8 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 		require.NoError(t, err)
 		p, err := processor.New(store, handler, processor.Options{
 			Owner: fmt.Sprintf("proc-%d", i), BatchSize: 8, Concurrency: 4, LeaseDuration: 2 * time.Second,
-			PollInterval: 20 * time.Millisecond,
-			RetryPolicy:  processor.RetryPolicy{MaxAttempts: 50, InitialDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+			PollInterval: 20 * time.Millisecond, Logger: logs.Logger(),
+			RetryPolicy: processor.RetryPolicy{MaxAttempts: 50, InitialDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		})
 		require.NoError(t, err)
 		wg.Add(1)
@@ -139,12 +144,22 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 		byKey[c.key] = append(byKey[c.key], c)
 	}
 	require.Len(t, byKey, keys)
+	unwritten := unwrittenOutcomes(logs)
 	for key, cs := range byKey {
 		slices.SortFunc(cs, func(a, b orderingCall) int { return a.start.Compare(b.start) })
 		var succeeded []uuid.UUID
+		var last orderingCall
 		for i, c := range cs {
 			if c.ok {
-				succeeded = append(succeeded, c.id)
+				if len(succeeded) > 0 && last.id == c.id {
+					// Handled again after a success: at least once allows
+					// it only when that success's outcome was not written.
+					require.True(t, unwritten(last.id, last.generation), "key %s: %s succeeded twice, and the processors logged no lost lease or unwritten outcome for generation %d; calls:\n%s",
+						key, c.id, last.generation, orderingCalls(cs))
+				} else {
+					succeeded = append(succeeded, c.id)
+				}
+				last = c
 			}
 			if i > 0 {
 				prev := cs[i-1]
@@ -153,7 +168,7 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 				require.False(t, c.start.Before(prev.end), "key %s: call of %s started before the call of %s ended", key, c.id, prev.id)
 			}
 		}
-		require.Equal(t, order[key], succeeded, "key %s: successes in enqueue order", key)
+		require.Equal(t, order[key], succeeded, "key %s: successes in enqueue order; calls:\n%s", key, orderingCalls(cs))
 	}
 	require.False(t, holdStart.IsZero(), "the held head was handled")
 	others := 0
@@ -166,6 +181,42 @@ func TestOrderingKeysUnderProcessors(t *testing.T) {
 		}
 	}
 	require.Greater(t, others, 100, "other keys keep finishing while one head holds its key")
+}
+
+// unwrittenOutcomes returns whether the processors logged the outcome of
+// the lease on id at generation as not written: the lease was lost, the
+// fence refused the write, or the write was given up (logged with the
+// message ids only).
+func unwrittenOutcomes(logs *logtest.Recorder) func(id uuid.UUID, generation int64) bool {
+	type leaseRef struct {
+		id         string
+		generation int64
+	}
+	refused, gaveUp := map[leaseRef]bool{}, map[string]bool{}
+	for _, r := range logs.Records() {
+		switch r.Message {
+		case "lease lost", "outcome not written: the lease fence refused it":
+			refused[leaseRef{r.Str(processor.LogKeyMessageID), r.Attrs[processor.LogKeyGeneration].Int64()}] = true
+		case "gave up writing outcomes":
+			ids, _ := r.Attrs["message_ids"].Any().([]string)
+			for _, id := range ids {
+				gaveUp[id] = true
+			}
+		}
+	}
+	return func(id uuid.UUID, generation int64) bool {
+		return refused[leaseRef{id.String(), generation}] || gaveUp[id.String()]
+	}
+}
+
+// orderingCalls formats calls, one per line, for a failure message.
+func orderingCalls(calls []orderingCall) string {
+	var b strings.Builder
+	for _, c := range calls {
+		fmt.Fprintf(&b, "  %s generation %d ok=%t %s-%s lease expiry %s\n", c.id, c.generation, c.ok,
+			c.start.Format(time.StampMicro), c.end.Format(time.StampMicro), c.leaseExpiry.Format(time.StampMicro))
+	}
+	return b.String()
 }
 
 // TestOrderingKeyCrashedHeadIsReclaimedFirst: a worker claims a keyed head
