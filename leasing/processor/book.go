@@ -114,12 +114,18 @@ func (b *book) known() []uuid.UUID {
 // advance moves h on to state (stateRunning or stateWriting) and returns
 // its lease, or reports false when h was lost meanwhile (counted
 // persist_skipped): lost while it waited, or while its handler ran; or
-// when its handler timed out, whose outcome timeOut took.
+// when its handler timed out, whose outcome timeOut took. A lease whose
+// local deadline has passed does not start running: it is lost then, as
+// its row may have been claimed again (a claim answered late, or renews
+// failed while it waited).
 func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if h.timedOut {
 		return leasing.Lease{}, false
+	}
+	if state == stateRunning && !h.lost && !h.deadline.After(time.Now()) {
+		b.markLost(h)
 	}
 	if h.lost {
 		b.ev.skipped()

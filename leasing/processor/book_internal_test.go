@@ -31,3 +31,23 @@ func TestBookUntrackFreesLease(t *testing.T) {
 	require.Equal(t, []byte("two"), b.lease(hs[1]).Message.Payload, "the other lease is still held")
 	require.Equal(t, []uuid.UUID{second}, b.known())
 }
+
+// TestBookPastDeadlineDoesNotRun: a lease whose local deadline passed
+// before its handler could start (a claim that answered late) is lost
+// instead of run; one within its deadline runs.
+func TestBookPastDeadlineDoesNotRun(t *testing.T) {
+	ev, err := newEvents(Options{}, leasing.Inbox, leasing.ClaimRequest{Owner: "o"}, false)
+	require.NoError(t, err)
+	b := newBook(time.Second, ev)
+	late := b.track(context.Background(), []leasing.Lease{{Queue: leasing.Inbox, Owner: "o", Generation: 1, Message: leasing.Message{ID: uuid.New()}}},
+		time.Now().Add(-time.Second))
+	_, ok := b.advance(late[0], stateRunning)
+	require.False(t, ok, "a lease past its local deadline does not run")
+	require.True(t, b.isLost(late[0]))
+	require.ErrorIs(t, context.Cause(late[0].ctx), leasing.ErrLeaseLost)
+	require.Empty(t, b.held)
+
+	fresh := b.track(context.Background(), []leasing.Lease{{Queue: leasing.Inbox, Owner: "o", Generation: 1, Message: leasing.Message{ID: uuid.New()}}}, time.Now())
+	_, ok = b.advance(fresh[0], stateRunning)
+	require.True(t, ok, "a lease within its local deadline runs")
+}
