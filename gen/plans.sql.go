@@ -9,6 +9,47 @@ import (
 	"context"
 )
 
+const beginReadCommitted = `-- name: BeginReadCommitted :exec
+BEGIN ISOLATION LEVEL READ COMMITTED
+`
+
+// BeginReadCommitted opens the transaction of one store call, at READ
+// COMMITTED whatever default_transaction_isolation the database, the role
+// or the session sets: the store's statements rely on it (a claim or a
+// fenced write that waited for a row lock re-checks the row's new version
+// instead of failing with a serialization error, SQLSTATE 40001). The
+// store sends it first in the call's batch and CommitCall last, in the
+// same round trip. An explicit block, not SET TRANSACTION in the batch's
+// implicit transaction: PostgreSQL does not count that one as a
+// transaction block, and logs a WARNING for every call that sets it.
+func (q *Queries) BeginReadCommitted(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, beginReadCommitted)
+	return err
+}
+
+const commitCall = `-- name: CommitCall :exec
+COMMIT
+`
+
+// CommitCall commits the transaction BeginReadCommitted opened. When a
+// statement before it fails, the server skips the rest of the batch, this
+// included, and leaves the transaction aborted: RollbackCall ends it.
+func (q *Queries) CommitCall(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, commitCall)
+	return err
+}
+
+const rollbackCall = `-- name: RollbackCall :exec
+ROLLBACK
+`
+
+// RollbackCall ends a call's transaction that a failed statement left
+// aborted, so that its connection goes back to the pool idle.
+func (q *Queries) RollbackCall(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, rollbackCall)
+	return err
+}
+
 const useCustomPlansAndLockTimeout = `-- name: UseCustomPlansAndLockTimeout :exec
 SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('lock_timeout', $1::text, true)
@@ -44,7 +85,7 @@ type UseHotPathSettingsParams struct {
 // transaction reuse the generic plan of their prepared statement instead of
 // planning again for every call's parameter values, never compile with JIT,
 // and wait at most lock_timeout (text with a unit, e.g. '5000ms') for one
-// lock. The store sends it after UseReadCommitted with its claim and
+// lock. The store sends it after BeginReadCommitted with its claim and
 // fenced-write statements, whose generic plans are the same index plans as
 // their custom ones (leasectl doctor explains both). A generic claim's
 // estimated cost counts every branch it may take (topics, tenants), above
@@ -69,25 +110,9 @@ type UseLockTimeoutParams struct {
 // lock_timeout (text with a unit, e.g. '5000ms'): a statement that waits
 // longer than that for one lock (a table lock behind DDL, or a row lock)
 // fails with SQLSTATE 55P03 and changes nothing. The store sends it after
-// UseReadCommitted with its operator statements, which keep the session's
+// BeginReadCommitted with its operator statements, which keep the session's
 // plan_cache_mode. is_local = true: the setting ends with the transaction.
 func (q *Queries) UseLockTimeout(ctx context.Context, db DBTX, arg UseLockTimeoutParams) error {
 	_, err := db.Exec(ctx, useLockTimeout, arg.LockTimeout)
-	return err
-}
-
-const useReadCommitted = `-- name: UseReadCommitted :exec
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED
-`
-
-// UseReadCommitted makes the rest of the current transaction run at READ
-// COMMITTED, whatever default_transaction_isolation the database, the role
-// or the session sets: the store's statements rely on it (a claim or a
-// fenced write that waited for a row lock re-checks the row's new version
-// instead of failing with a serialization error, SQLSTATE 40001). It must be
-// the transaction's first statement; set_config('transaction_isolation')
-// cannot take its place, as it refuses to run once a query has.
-func (q *Queries) UseReadCommitted(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, useReadCommitted)
 	return err
 }

@@ -23,7 +23,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 
 // CompleteAndClaim sends the Complete statement (with the key steps of the
 // keyed leases among done) and the Claim statement in one batch, one round
-// trip and one implicit transaction (one WAL flush). With no done leases
+// trip and one transaction (one WAL flush). With no done leases
 // it is Claim.
 //
 // Errors: as Complete's and Claim's.

@@ -428,3 +428,41 @@ func TestEnqueueTxKeepsCallerIsolation(t *testing.T) {
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument)
 	})
 }
+
+// TestStoreCallsRaiseNoNotices: the store's calls, in each query mode,
+// raise no notice on their connection. Each call opens its own READ
+// COMMITTED transaction; SET TRANSACTION in a batch's implicit transaction
+// would raise a WARNING per call, which the server also logs.
+func TestStoreCallsRaiseNoNotices(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(withQueryMode(t, dbtest.DatabaseURL(t), mode))
+			require.NoError(t, err)
+			var (
+				mu      sync.Mutex
+				notices []string
+			)
+			cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+				mu.Lock()
+				defer mu.Unlock()
+				notices = append(notices, n.Severity+": "+n.Message)
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+			require.NoError(t, err)
+
+			f := newLockFixture(t, store, "notices")
+			for _, c := range lockCalls(store, f) {
+				require.NoError(t, c.call(ctx), c.name)
+			}
+			require.NoError(t, store.CheckPrivileges(ctx))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Empty(t, notices)
+		})
+	}
+}

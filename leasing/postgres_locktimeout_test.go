@@ -155,7 +155,8 @@ func TestLockTimeoutBehindDDL(t *testing.T) {
 		t.Run(c.mode, func(t *testing.T) {
 			ctx := context.Background()
 			u := dbtest.DatabaseURL(t)
-			store, err := leasing.NewPostgres(lockPool(t, u, c.mode, c.sessionLockTimeout), leasing.Inbox, leasing.PostgresOptions{LockTimeout: testLockTimeout})
+			pool := lockPool(t, u, c.mode, c.sessionLockTimeout)
+			store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{LockTimeout: testLockTimeout})
 			require.NoError(t, err)
 			f := newLockFixture(t, store, "locked")
 			admin := adminConn(t, u)
@@ -178,6 +179,9 @@ func TestLockTimeoutBehindDDL(t *testing.T) {
 			for _, c := range lockCalls(store, f) {
 				require.NoError(t, c.call(ctx), "%s after the lock is gone", c.name)
 			}
+			// Each failed call rolled its transaction back: the pool kept
+			// its one connection instead of replacing it.
+			require.EqualValues(t, 1, pool.Stat().NewConnsCount(), "connections the pool opened")
 		})
 	}
 }

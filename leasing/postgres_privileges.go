@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasestore/leasestore/gen"
@@ -123,10 +124,10 @@ func (s *Postgres) refusedCalls(ctx context.Context) ([]RefusedCall, error) {
 	return refused, nil
 }
 
-// rolledBack sends steps as sendOnce does, in a transaction that it then
-// rolls back.
+// rolledBack sends steps as the hot path does, in a READ COMMITTED
+// transaction that it then rolls back.
 func (s *Postgres) rolledBack(ctx context.Context, steps []step) error {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return mapErr(err)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasestore/leasestore/gen"
 	"github.com/leasestore/leasestore/internal/pgbatch"
@@ -14,10 +16,10 @@ import (
 )
 
 // callClass names how send sets up a call's transaction. Every call sends
-// its statements in one pgx batch: one round trip and one implicit
-// transaction, which starts with a prelude local to it
-// (db/queries/plans.sql), UseReadCommitted and the class's settings, at no
-// extra round trip.
+// its statements in one pgx batch: one round trip and one transaction,
+// opened at READ COMMITTED (BeginReadCommitted, db/queries/plans.sql) and
+// set up with the class's settings, local to it, then committed
+// (CommitCall), all at no extra round trip.
 type callClass int
 
 const (
@@ -173,37 +175,73 @@ func (s *Postgres) sendPooled(ctx context.Context, class callClass, steps []step
 		_ = conn.Conn().Close(closeCtx)
 	case ctx.Err() == nil && conn.Conn().IsClosed() && !errors.Is(err, ErrUnavailable):
 		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	default:
+		rollbackAborted(ctx, conn)
 	}
-	// A refused write (25006) is a statement's error: the batch's
-	// transaction, which commits after its last statement, rolled back. A
-	// session ended by 57P01 did not commit either when a statement's
-	// result carried it, but pg_terminate_backend ends sessions with it
-	// too: an operator's kill is reported, not sent again.
+	// A refused write (25006) is a statement's error: the call's
+	// transaction rolled back. A session ended by 57P01 did not commit
+	// either when a statement's result carried it, but
+	// pg_terminate_backend ends sessions with it too: an operator's kill
+	// is reported, not sent again.
 	refused := replayed < len(steps)+2 && errors.As(err, &pgErr) && pgErr.Code == "25006"
 	return refused || pgconn.SafeToRetry(err), err
 }
 
-// sendOnce is one try of send on db, which may also be an open
-// transaction (CheckPrivileges). It is the one place that maps the
-// driver's errors (mapErr) for the statements it sends.
-func (s *Postgres) sendOnce(ctx context.Context, db pgbatch.Sender, class callClass, steps []step) error {
-	var replayed int
-	return s.sendCounted(ctx, db, class, steps, &replayed)
+// rollbackTimeout bounds the rollback of a call's aborted transaction,
+// which runs even when the call's context has ended.
+const rollbackTimeout = 5 * time.Second
+
+// rollbackAborted ends the transaction of a failed call on conn, which a
+// statement's error left aborted, so that the pool keeps the connection:
+// it destroys one released in a transaction. A connection whose rollback
+// fails is closed, for the pool to replace.
+func rollbackAborted(ctx context.Context, conn *pgxpool.Conn) {
+	c := conn.Conn()
+	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if err := gen.New().RollbackCall(rctx, c); err != nil {
+		_ = c.Close(rctx)
+	}
 }
 
-// sendCounted is sendOnce that counts in replayed the statements, the
-// prelude's two included, whose results were read without an error.
+// sendOnce runs steps after class's settings in one batch in tx, an open
+// transaction at READ COMMITTED (CheckPrivileges), which it leaves open.
+// Like sendCounted, it maps the driver's errors (mapErr).
+func (s *Postgres) sendOnce(ctx context.Context, tx pgx.Tx, class callClass, steps []step) error {
+	all := append([]step{s.settings(class)}, steps...)
+	return mapErr(pgbatch.Send(ctx, tx, runsOf(ctx, all, nil)...))
+}
+
+// sendCounted runs steps in a transaction of their own on db, a pooled
+// connection: BeginReadCommitted, class's settings, steps, CommitCall, in
+// one batch. It is the one place, with sendOnce, that maps the driver's
+// errors (mapErr) for the statements it sends, and counts in replayed the
+// statements, the first two included, whose results were read without an
+// error.
 func (s *Postgres) sendCounted(ctx context.Context, db pgbatch.Sender, class callClass, steps []step, replayed *int) error {
 	g := gen.New()
-	settings := step(bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout}))
+	all := make([]step, 0, len(steps)+3)
+	all = append(all, bind(exec(g.BeginReadCommitted), struct{}{}), s.settings(class))
+	all = append(all, steps...)
+	all = append(all, bind(exec(g.CommitCall), struct{}{}))
+	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all, replayed)...))
+}
+
+// settings returns the statement that sets class's settings for the rest
+// of the current transaction (db/queries/plans.sql).
+func (s *Postgres) settings(class callClass) step {
+	g := gen.New()
 	switch class {
 	case hotPath:
-		settings = bind(noRows(g.UseHotPathSettings), gen.UseHotPathSettingsParams{LockTimeout: s.lockTimeout})
+		return bind(noRows(g.UseHotPathSettings), gen.UseHotPathSettingsParams{LockTimeout: s.lockTimeout})
 	case listing:
-		settings = bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+		return bind(noRows(g.UseCustomPlansAndLockTimeout), gen.UseCustomPlansAndLockTimeoutParams{LockTimeout: s.lockTimeout})
+	default:
+		return bind(noRows(g.UseLockTimeout), gen.UseLockTimeoutParams{LockTimeout: s.lockTimeout})
 	}
-	all := append([]step{bind(exec(g.UseReadCommitted), struct{}{}), settings}, steps...)
-	return mapErr(pgbatch.Send(ctx, db, runsOf(ctx, all, replayed)...))
 }
 
 // runsOf returns steps as pgbatch.Send takes them; replayed, when not nil,
