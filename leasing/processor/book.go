@@ -124,8 +124,8 @@ func (b *book) advance(h *heldLease, state leaseState) (leasing.Lease, bool) {
 	if h.timedOut {
 		return leasing.Lease{}, false
 	}
-	if state == stateRunning && !h.lost && !h.deadline.After(time.Now()) {
-		b.markLost(h)
+	if state == stateRunning {
+		b.loseIfPast(h, time.Now())
 	}
 	if h.lost {
 		b.ev.skipped()
@@ -289,12 +289,7 @@ func (b *book) renewable(now time.Time) (leases []leasing.Lease, deadline time.T
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range b.held {
-		if !h.deadline.After(now) {
-			// A commit still running past the deadline is given up too:
-			// cancelling its context interrupts it.
-			if h.state != stateWriting {
-				b.markLost(h)
-			}
+		if b.loseIfPast(h, now) {
 			continue
 		}
 		leases = append(leases, *h.lease)
@@ -303,6 +298,21 @@ func (b *book) renewable(now time.Time) (leases []leasing.Lease, deadline time.T
 		}
 	}
 	return leases, deadline
+}
+
+// loseIfPast reports whether h's local deadline has passed at now, and
+// then gives h up unless its outcome is being written by the writer: the
+// write's result decides. A commit still running past the deadline is
+// given up too: cancelling its context interrupts it. The caller holds
+// b.mu.
+func (b *book) loseIfPast(h *heldLease, now time.Time) bool {
+	if h.deadline.After(now) {
+		return false
+	}
+	if h.state != stateWriting {
+		b.markLost(h)
+	}
+	return true
 }
 
 // applyRenew records a Renew result for batch, sent at sent.
