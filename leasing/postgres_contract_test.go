@@ -20,21 +20,25 @@ import (
 // PostgresOptions.Now.
 func TestPostgresContract(t *testing.T) {
 	t.Parallel()
-	dbs := &dbtest.RecycledDBs{Owner: t}
-	runContract(t, dbs.Get)
+	runContract(t, &dbtest.RecycledDBs{Owner: t}, nil)
 }
 
-// runContract runs the store contract with each case on the database,
-// empty and not shared with another running case, that dbURL returns for it, as TestPostgresContract describes.
-func runContract(t *testing.T, dbURL func(testing.TB) string) {
+// runContract runs the store contract with each case on a database of
+// dbs, empty and not shared with another running case, as
+// TestPostgresContract describes; its stores connect to via(url) (url
+// itself when via is nil).
+func runContract(t *testing.T, dbs *dbtest.RecycledDBs, via func(tb testing.TB, url string) string) {
 	t.Helper()
 	leasingtest.Run(t, func(t *testing.T) leasingtest.Env {
-		url := dbURL(t)
+		url := dbs.Get(t)
+		if via != nil {
+			url = via(t, url)
+		}
 		clock := leasingtest.NewClock(leasingtest.Start)
 		return leasingtest.Env{
 			Clock: clock,
 			Open: func(tb testing.TB, q leasing.Queue) leasing.Store {
-				return openStore(tb, url, q, leasing.PostgresOptions{Now: clock.Now})
+				return dbs.OpenStore(tb, url, q, leasing.PostgresOptions{Now: clock.Now})
 			},
 		}
 	})

@@ -33,9 +33,8 @@ var poolerModes = []string{"cache_describe", "exec", "simple_protocol"}
 // transaction mode, with the pool configured as the README shows.
 func TestPgBouncerContract(t *testing.T) {
 	t.Parallel()
-	dbs := &dbtest.RecycledDBs{Owner: t}
-	runContract(t, func(tb testing.TB) string {
-		return withQueryMode(tb, dbtest.PgBouncerURL(tb, dbs.Get(tb)), poolerQueryMode)
+	runContract(t, &dbtest.RecycledDBs{Owner: t}, func(tb testing.TB, url string) string {
+		return withQueryMode(tb, dbtest.PgBouncerURL(tb, url), poolerQueryMode)
 	})
 }
 

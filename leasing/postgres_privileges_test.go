@@ -81,8 +81,8 @@ func TestRolesContract(t *testing.T) {
 			Clock: clock,
 			Open: func(tb testing.TB, q leasing.Queue) leasing.Store {
 				return &processorRoleStore{
-					Postgres: openStore(tb, asUser(tb, url, processor), q, opts),
-					operator: openStore(tb, asUser(tb, url, operator), q, opts),
+					Postgres: dbs.OpenStore(tb, asUser(tb, url, processor), q, opts),
+					operator: dbs.OpenStore(tb, asUser(tb, url, operator), q, opts),
 					tb:       tb,
 				}
 			},

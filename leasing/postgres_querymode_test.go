@@ -24,8 +24,9 @@ func TestPostgresContractQueryModes(t *testing.T) {
 		}
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			dbs := &dbtest.RecycledDBs{Owner: t}
-			runContract(t, func(tb testing.TB) string { return withQueryMode(tb, dbs.Get(tb), mode) })
+			runContract(t, &dbtest.RecycledDBs{Owner: t}, func(tb testing.TB, url string) string {
+				return withQueryMode(tb, url, mode)
+			})
 		})
 	}
 }

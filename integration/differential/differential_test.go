@@ -49,7 +49,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Add([]byte("\x00\x01\x00\x02\x01\x00\x03\x05\x07\x01\x02"))
 	pool := newPool(f, freshURL(f), "leasestore-differential", 2)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := pool.Exec(context.Background(), truncateQueues)
+		_, err := pool.Exec(context.Background(), emptyQueues)
 		require.NoError(t, err)
 		r := newDiffRun(t, pool, &byteChooser{data: data}, 0)
 		r.run(400)

@@ -9,7 +9,7 @@ var (
 	queuesBoth = dbtest.Queues
 )
 
-const truncateQueues = dbtest.TruncateQueues
+const emptyQueues = dbtest.EmptyQueues
 
 // pick returns short in the always-on form and long under -stress.
 func pick[T any](short, long T) T { return dbtest.Pick(short, long) }
