@@ -52,27 +52,50 @@ func (d *dropAfterCommit) dial(ctx context.Context, network, addr string) (net.C
 type dropAfterCommitConn struct {
 	net.Conn
 	d    *dropAfterCommit
-	wait func()
+	wait func() // set by the write that holds the trigger; under d.mu
 }
 
+// Write arms the connection before it writes a trigger: pgx may already be
+// reading on another goroutine (pgconn starts a background reader when a
+// write takes over 15 ms), and that read must not hand the reply over.
 func (c *dropAfterCommitConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
 	c.d.mu.Lock()
 	if c.d.trigger != nil && bytes.Contains(b, c.d.trigger) {
 		c.wait, c.d.trigger = c.d.wait, nil
 	}
 	c.d.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// Read drops the connection instead of returning the reply to an armed
+// write, also when the read began before the write.
+func (c *dropAfterCommitConn) Read(b []byte) (int, error) {
+	if c.drop() {
+		return 0, errReplyLost
+	}
+	n, err := c.Conn.Read(b)
+	if c.drop() {
+		return 0, errReplyLost
+	}
 	return n, err
 }
 
-func (c *dropAfterCommitConn) Read(b []byte) (int, error) {
-	if c.wait != nil {
-		c.wait()
-		c.d.fired.Add(1)
-		_ = c.Conn.Close()
-		return 0, errors.New("fault: connection lost before the reply")
+var errReplyLost = errors.New("fault: connection lost before the reply")
+
+// drop reports whether the connection was armed; if so it waits for the
+// write's effect to be visible, then closes the socket.
+func (c *dropAfterCommitConn) drop() bool {
+	c.d.mu.Lock()
+	wait := c.wait
+	c.wait = nil
+	c.d.mu.Unlock()
+	if wait == nil {
+		return false
 	}
-	return c.Conn.Read(b)
+	wait()
+	c.d.fired.Add(1)
+	_ = c.Conn.Close()
+	return true
 }
 
 // rowState reads what the fence and the outcome classification look at.
