@@ -77,12 +77,26 @@ func AdminConn(tb testing.TB, url string) *pgx.Conn {
 // closed when the test ends.
 func OpenStore(tb testing.TB, url string, q leasing.Queue, opts leasing.PostgresOptions) *leasing.Postgres {
 	tb.Helper()
+	pool := storePool(tb, url)
+	tb.Cleanup(pool.Close)
+	return storeOn(tb, pool, q, opts)
+}
+
+// storePool opens the two-connection pool on url that OpenStore's stores
+// use; the caller closes it.
+func storePool(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(tb, err)
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(tb, err)
-	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// storeOn returns a store of queue q on pool.
+func storeOn(tb testing.TB, pool *pgxpool.Pool, q leasing.Queue, opts leasing.PostgresOptions) *leasing.Postgres {
+	tb.Helper()
 	store, err := leasing.NewPostgres(pool, q, opts)
 	require.NoError(tb, err)
 	return store
@@ -206,9 +220,9 @@ const keptPoolsPerURL = 1
 // pool again, its connections with their statements prepared and their
 // server caches filled. A new connection and its first claim took about
 // 50 ms here, against 26 ms for a new connection and SELECT 1; a contract
-// case opened one or two. The
-// pools close when Owner ends; a pool tb failed with, left a connection
-// acquired in, or beyond keptPoolsPerURL closes when tb ends.
+// case opened one or two. The pools close when Owner ends; a pool tb
+// failed with, left a connection acquired in, or beyond keptPoolsPerURL
+// closes when tb ends.
 func (r *RecycledDBs) OpenStore(tb testing.TB, url string, q leasing.Queue, opts leasing.PostgresOptions) *leasing.Postgres {
 	tb.Helper()
 	r.mu.Lock()
@@ -218,11 +232,7 @@ func (r *RecycledDBs) OpenStore(tb testing.TB, url string, q leasing.Queue, opts
 	}
 	r.mu.Unlock()
 	if pool == nil {
-		cfg, err := pgxpool.ParseConfig(url)
-		require.NoError(tb, err)
-		cfg.MaxConns = 2
-		pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
-		require.NoError(tb, err)
+		pool = storePool(tb, url)
 		r.Owner.Cleanup(pool.Close)
 	}
 	tb.Cleanup(func() {
@@ -239,9 +249,7 @@ func (r *RecycledDBs) OpenStore(tb testing.TB, url string, q leasing.Queue, opts
 			pool.Close()
 		}
 	})
-	store, err := leasing.NewPostgres(pool, q, opts)
-	require.NoError(tb, err)
-	return store
+	return storeOn(tb, pool, q, opts)
 }
 
 // put empties the database at url, which tb borrowed, for the next test,
