@@ -225,9 +225,12 @@ func TestBatchProcessorTracing(t *testing.T) {
 		t.Run(string(q)+"/LostThenPastTimeoutIsNoTimeout", func(t *testing.T) {
 			t.Parallel()
 			b := setupTracing(t, q)
-			const timeout = 20 * time.Millisecond
+			// Long enough that the leases are lost before it passes (a
+			// claim as another worker and a renew; 20 ms was too short for
+			// a loaded machine, whose call then timed out first).
+			const timeout = 500 * time.Millisecond
 			batch, spans := b.loseBatch(t, processor.Options{HandlerTimeout: timeout}, func(_ context.Context, leases []leasing.Lease) []error {
-				time.Sleep(10 * timeout) // a handler that ignores ctx, returning past HandlerTimeout
+				time.Sleep(2 * timeout) // a handler that ignores ctx, returning past HandlerTimeout
 				return repeat(len(leases), nil)
 			})
 			_, marked := batch.Attributes["error.type"]
