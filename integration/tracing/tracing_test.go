@@ -281,7 +281,8 @@ func testTracing(t *testing.T, b *traceBundle) {
 			continue
 		}
 		a := traceAttrs(s)
-		require.Equal(t, a["messaging.batch.message_count"].AsInt64(), a["messaging.leasestore.renew.renewed"].AsInt64()+a["messaging.leasestore.renew.lost"].AsInt64())
+		require.Equal(t, a["messaging.batch.message_count"].AsInt64(),
+			a["messaging.leasestore.renew.renewed"].AsInt64()+a["messaging.leasestore.renew.lost"].AsInt64()+a["messaging.leasestore.renew.settled"].AsInt64())
 	}
 }
 

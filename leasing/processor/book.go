@@ -315,8 +315,11 @@ func (b *book) loseIfPast(h *heldLease, now time.Time) bool {
 	return true
 }
 
-// applyRenew records a Renew result for batch, sent at sent.
-func (b *book) applyRenew(batch []leasing.Lease, res leasing.RenewResult, sent time.Time) {
+// applyRenew records a Renew result for batch, sent at sent, and returns
+// how many of res.Lost it gave up as lost. The others were no longer
+// renewable because this processor's own outcome write had finished them
+// or was under way (that write's result decides).
+func (b *book) applyRenew(batch []leasing.Lease, res leasing.RenewResult, sent time.Time) (lost int) {
 	generation := make(map[uuid.UUID]int64, len(batch))
 	for _, l := range batch {
 		generation[l.Message.ID] = l.Generation
@@ -334,8 +337,10 @@ func (b *book) applyRenew(batch []leasing.Lease, res leasing.RenewResult, sent t
 		// by that write before this renew ran: the write's result decides.
 		if h := b.held[id]; h != nil && h.lease.Generation == generation[id] && !h.writing() {
 			b.markLost(h)
+			lost++
 		}
 	}
+	return lost
 }
 
 // heartbeat renews the leases of a book every HeartbeatInterval.
@@ -376,9 +381,10 @@ func (hb heartbeat) renew(ctx context.Context) {
 		sctx, span := p.ev.renewStarted(rctx, len(batch))
 		res, err := p.store.Renew(sctx, p.opts.LeaseDuration, batch...)
 		p.noteWrite() // a renew leaves dead row versions too
-		p.ev.renewed(span, len(batch), res, err, ctx.Err() != nil)
+		lost := 0
 		if err == nil {
-			hb.book.applyRenew(batch, res, sent)
+			lost = hb.book.applyRenew(batch, res, sent)
 		}
+		p.ev.renewed(span, len(batch), res, lost, err, ctx.Err() != nil)
 	}
 }

@@ -51,3 +51,32 @@ func TestBookPastDeadlineDoesNotRun(t *testing.T) {
 	_, ok = b.advance(fresh[0], stateRunning)
 	require.True(t, ok, "a lease within its local deadline runs")
 }
+
+// TestBookApplyRenewCountsLost: of the leases a renew found gone, only
+// those the book gives up count as lost; one whose outcome is being
+// written, and one already written and let go, are settled by their
+// writes.
+func TestBookApplyRenewCountsLost(t *testing.T) {
+	ev, err := newEvents(Options{}, leasing.Inbox, leasing.ClaimRequest{Owner: "o"}, false)
+	require.NoError(t, err)
+	b := newBook(time.Minute, ev)
+	leases := make([]leasing.Lease, 3)
+	for i := range leases {
+		leases[i] = leasing.Lease{Queue: leasing.Inbox, Owner: "o", Generation: 1, Message: leasing.Message{ID: uuid.New()}}
+	}
+	batch := append([]leasing.Lease(nil), leases...)
+	hs := b.track(context.Background(), leases, time.Now())
+	running, writing, written := hs[0], hs[1], hs[2]
+	_, ok := b.advance(running, stateRunning)
+	require.True(t, ok)
+	_, ok = b.advance(writing, stateWriting)
+	require.True(t, ok)
+	done, ok := b.advance(written, stateWriting)
+	require.True(t, ok)
+	b.untrack([]pendingWrite{{h: written, kind: writeComplete, failure: leasing.Failure{Lease: done}}}, false)
+
+	lost := b.applyRenew(batch, leasing.RenewResult{Lost: []uuid.UUID{batch[0].Message.ID, batch[1].Message.ID, batch[2].Message.ID}}, time.Now())
+	require.Equal(t, 1, lost, "only the running lease is lost")
+	require.True(t, b.isLost(running))
+	require.False(t, b.isLost(writing), "its write's result decides")
+}

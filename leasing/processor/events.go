@@ -253,8 +253,8 @@ func (e *events) renewStarted(ctx context.Context, n int) (context.Context, trac
 
 // renewed records a Renew of n leases that returned res or err; stopping
 // says the heartbeat was stopping, which explains the error.
-func (e *events) renewed(span trace.Span, n int, res leasing.RenewResult, err error, stopping bool) {
-	endRenew(span, res, err)
+func (e *events) renewed(span trace.Span, n int, res leasing.RenewResult, lost int, err error, stopping bool) {
+	endRenew(span, res, lost, err)
 	if err != nil && !stopping {
 		e.report(e.errorf("renew", err))
 		e.log.log(slog.LevelWarn, "renew failed", slog.Int("leases", n), errAttr(err))

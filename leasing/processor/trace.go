@@ -32,7 +32,8 @@ const (
 	attrApplied       = "messaging.leasestore.write.succeeded"  // int: writes applied or already applied
 	attrRejected      = "messaging.leasestore.write.rejected"   // int: writes the fence refused
 	attrRenewed       = "messaging.leasestore.renew.renewed"    // int: leases renewed
-	attrLost          = "messaging.leasestore.renew.lost"       // int: leases the renew found lost
+	attrLost          = "messaging.leasestore.renew.lost"       // int: leases the renew found lost, given up
+	attrSettled       = "messaging.leasestore.renew.settled"    // int: leases the renew found gone that their own outcome write finished or is writing
 	attrFailed        = "messaging.leasestore.batch.failed"     // int: outcomes of a batch call that are errors
 	attrErrorType     = "error.type"
 )
@@ -365,8 +366,10 @@ func (t tracer) startRenew(ctx context.Context, n int) (context.Context, trace.S
 		trace.WithAttributes(t.attrs("renew", "", attribute.Int("messaging.batch.message_count", n))...))
 }
 
-// endRenew ends a renew span with the Renew's result or error.
-func endRenew(span trace.Span, res leasing.RenewResult, err error) {
+// endRenew ends a renew span with the Renew's result or error; lost is
+// how many of res.Lost the processor gave up (book.applyRenew), the rest
+// being leases its own outcome writes settle.
+func endRenew(span trace.Span, res leasing.RenewResult, lost int, err error) {
 	if span == nil {
 		return
 	}
@@ -374,7 +377,8 @@ func endRenew(span trace.Span, res leasing.RenewResult, err error) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	} else {
-		span.SetAttributes(attribute.Int(attrRenewed, len(res.Renewed)), attribute.Int(attrLost, len(res.Lost)))
+		span.SetAttributes(attribute.Int(attrRenewed, len(res.Renewed)), attribute.Int(attrLost, lost),
+			attribute.Int(attrSettled, len(res.Lost)-lost))
 	}
 	span.End()
 }

@@ -244,6 +244,7 @@ func TestProcessorTracing(t *testing.T) {
 			var lost int64
 			for _, rs := range b.tp.Named("renew " + string(q)) {
 				require.Equal(t, attribute.IntValue(1), rs.Attributes["messaging.batch.message_count"])
+				require.Equal(t, attribute.IntValue(0), rs.Attributes["messaging.leasestore.renew.settled"], "no write settled it")
 				lost += rs.Attributes["messaging.leasestore.renew.lost"].AsInt64()
 			}
 			require.Equal(t, int64(1), lost, "the renew that found it lost says so")
