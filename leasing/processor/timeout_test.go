@@ -92,7 +92,10 @@ func (w *writeLog) renewCalls() int {
 // written.
 func TestProcessorHandlerTimeout(t *testing.T) {
 	t.Parallel()
-	const timeout = 20 * time.Millisecond
+	// Long enough for what must beat it: next's call, which returns at
+	// once, and the shutdown's cancel of a call just started. At 20 ms a
+	// loaded machine could time them out first.
+	const timeout = 500 * time.Millisecond
 	timedOut := fmt.Sprintf("processor: handler timed out after %s", timeout)
 
 	t.Run("HonoursContext/FailedThenRetriedThenDeadLettered", func(t *testing.T) {
