@@ -192,7 +192,12 @@ func TestProcessorTracing(t *testing.T) {
 					return ctx.Err()
 				}
 				return nil
-			}, processor.Options{TracerProvider: b.tp, HandlerTimeout: 20 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 1}})
+			}, processor.Options{
+				// Every call but the hung one must return before it: at
+				// 20 ms a loaded machine could time out the panic's or a
+				// quick return's call first.
+				TracerProvider: b.tp, HandlerTimeout: 500 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 1},
+			})
 			waitFor(t, statusIs(b.mem, ids["ok"], q.Succeeded()), "ok written")
 			for _, typ := range []string{"error", "panic", "timeout"} {
 				waitFor(t, statusIs(b.mem, ids[typ], leasing.StatusDeadLettered), typ+" dead-lettered")
