@@ -271,11 +271,14 @@ func TestProcessorStopReleasesClaimInFlight(t *testing.T) {
 	r := b.start(t, store, func(ctx context.Context, _ leasing.Lease) error { return nil },
 		processor.Options{Concurrency: 4, BatchSize: 4})
 	waitFor(t, func() bool { return claims.Load() == 1 }, "claim in flight")
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.stop(t) }()
-	time.Sleep(20 * time.Millisecond)
+	// Stop is requested before the claim returns, whatever the machine's
+	// speed: Stop asks for the shutdown before it waits, and with a
+	// context already ended it returns once it has asked.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, r.p.Stop(ended), context.Canceled, "Stop returned before the claim in flight did")
 	close(gate)
-	require.NoError(t, <-stopped)
+	require.NoError(t, r.stop(t))
 	st, err := b.mem.Stats(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, st.Depth[leasing.StatusProcessing])
