@@ -154,7 +154,9 @@ func TestTxHandler(t *testing.T) {
 			return nil
 		}
 		b.run(t, h, processor.Options{
-			HandlerTimeout: 300 * time.Millisecond,
+			// Attempt 4's insert and commit must beat it; only attempt 3
+			// waits it out.
+			HandlerTimeout: time.Second,
 			RetryPolicy:    processor.RetryPolicy{InitialDelay: time.Millisecond, MaxAttempts: 5},
 		})
 		waitFor(t, statusIs(b.inbox, id, leasing.StatusCompleted), "completed on attempt 4")
