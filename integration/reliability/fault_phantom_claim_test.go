@@ -40,6 +40,13 @@ func (s *phantomClaimStore) Claim(ctx context.Context, r leasing.ClaimRequest) (
 	return nil, fmt.Errorf("leasing: claim inbox: %w", context.DeadlineExceeded)
 }
 
+// phantomLease is the processors' lease in the phantom claim tests. The
+// orphan sweep after the failed claim must come before the phantom lease
+// expires (a sweep leaves expired leases, their attempts counted): 200 ms
+// could pass first on a loaded machine. Without the sweep the message
+// still comes back, once this lease expires, well within the tests' wait.
+const phantomLease = 2 * time.Second
+
 // TestFaultPhantomClaimBurnsAttempt: a claim that commits after the
 // processor gave up on it (its reply was lost) leaves a lease nobody holds.
 // Without care the message comes back only once that lease expires, and the
@@ -62,7 +69,7 @@ func TestFaultPhantomClaimBurnsAttempt(t *testing.T) {
 		runs.Add(1)
 		return errors.New("always fails")
 	}, processor.Options{
-		BatchSize: 1, Concurrency: 1, LeaseDuration: 200 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+		BatchSize: 1, Concurrency: 1, LeaseDuration: phantomLease, HeartbeatInterval: 50 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Millisecond},
 	})
 	require.NoError(t, err)
@@ -126,7 +133,7 @@ func TestFaultSweepReplyLost(t *testing.T) {
 		return errors.New("always fails")
 	}, processor.Options{
 		Owner:     "sweeper",
-		BatchSize: 1, Concurrency: 1, LeaseDuration: 200 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+		BatchSize: 1, Concurrency: 1, LeaseDuration: phantomLease, HeartbeatInterval: 50 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, RetryPolicy: processor.RetryPolicy{MaxAttempts: 2, InitialDelay: time.Millisecond},
 	})
 	require.NoError(t, err)
