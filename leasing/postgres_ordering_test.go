@@ -232,7 +232,9 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 		require.NoError(t, err)
 		res, err := store.Enqueue(ctx, leasing.NewMessage{Payload: []byte("1"), OrderingKey: "k"}, leasing.NewMessage{Payload: []byte("2"), OrderingKey: "k"})
 		require.NoError(t, err)
-		crashed, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "crashed", BatchSize: 10, LeaseFor: 300 * time.Millisecond})
+		// A lease the next claim surely comes within, on a loaded machine
+		// too (300 ms could expire before it).
+		crashed, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "crashed", BatchSize: 10, LeaseFor: 2 * time.Second})
 		require.NoError(t, err)
 		require.Len(t, crashed, 1)
 		// The crashed worker writes nothing more. Until its lease expires,
@@ -240,8 +242,12 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 		none, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "other", BatchSize: 10, LeaseFor: time.Minute})
 		require.NoError(t, err)
 		require.Empty(t, none)
-		time.Sleep(400 * time.Millisecond)
-		re, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "other", BatchSize: 10, LeaseFor: time.Minute})
+		time.Sleep(time.Until(crashed[0].ExpiresAt))
+		var re []leasing.Lease
+		require.Eventually(t, func() bool { // the server's clock may lag a little
+			re, err = store.Claim(ctx, leasing.ClaimRequest{Owner: "other", BatchSize: 10, LeaseFor: time.Minute})
+			return err != nil || len(re) > 0
+		}, 10*time.Second, 10*time.Millisecond, "nothing reclaimed after the lease expired")
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{res.IDs[0]}, []uuid.UUID{re[0].Message.ID}, "the reclaimed head first, alone")
 		require.Len(t, re, 1)
