@@ -77,8 +77,8 @@ func newClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func newPublisher(t testing.TB, opts ...kgo.Opt) *kafka.Publisher {
-	p, err := kafka.NewPublisher(newClient(t, opts...), kafka.PublisherOptions{AckTimeout: 500 * time.Millisecond})
+func newPublisher(t testing.TB, cl *kgo.Client, ackTimeout time.Duration) *kafka.Publisher {
+	p, err := kafka.NewPublisher(cl, kafka.PublisherOptions{AckTimeout: ackTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,9 +160,18 @@ func BenchmarkRelay(b *testing.B) { brokertest.Bench(b, broker(), 2000) }
 
 // An unknown topic and a record too large are permanent, a cut-off broker
 // unavailable; the record carries its key and headers.
+//
+// The broker's answers decide the first cases, so their publisher waits
+// long enough for them: franz-go fails an unknown topic only after a
+// second metadata request, 250 ms after the first (its quick metadata
+// backoff), and a produce to a topic the client has not yet loaded waits
+// out that backoff too. Under a 500 ms ack timeout a loaded machine turned
+// them into Unavailable. A cut-off broker is found by the timeout itself:
+// that publisher's stays short.
 func TestPublishErrorClasses(t *testing.T) {
 	topic := newTopic(t)
-	p := newPublisher(t, kgo.ProducerBatchMaxBytes(1000), kgo.UnknownTopicRetries(1))
+	cl := newClient(t, kgo.ProducerBatchMaxBytes(1000), kgo.UnknownTopicRetries(1), kgo.RecordDeliveryTimeout(10*time.Second))
+	p := newPublisher(t, cl, 10*time.Second)
 	ok := leasing.Message{ID: uuid.New(), Topic: topic, OrderingKey: "order-7", Type: "order.placed", Payload: []byte("ok"),
 		Headers: []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)}
 	for name, c := range map[string]struct {
@@ -197,7 +206,8 @@ func TestPublishErrorClasses(t *testing.T) {
 
 	cut.Store(true)
 	defer cut.Store(false)
-	if err := p.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); brokertest.Verdict(err) != processor.VerdictUnavailable {
+	short := newPublisher(t, cl, 500*time.Millisecond)
+	if err := short.Publish(t.Context(), leasing.Message{ID: uuid.New(), Topic: topic}); brokertest.Verdict(err) != processor.VerdictUnavailable {
 		t.Errorf("Publish to a cut-off broker = %v, want unavailable", err)
 	}
 }
