@@ -142,9 +142,23 @@ func TestPrivileges(t *testing.T) {
 			completes.Add(1)
 			return leasing.WriteResult{}, fmt.Errorf("%w: permission denied for table inbox_ordering_keys", leasing.ErrPermissionDenied)
 		}
-		// Slow enough handlers (one slot, one message per claim) that the
-		// refusal of the first outcome comes before a third claim.
-		reported, runErr := runAlone(t, store, func(context.Context, leasing.Lease) error { time.Sleep(100 * time.Millisecond); return nil })
+		// One slot, one message per claim: the slot frees as soon as an
+		// outcome is submitted, before the writer sends it, so the second
+		// message is claimed (a third may wait, claimed ahead, and is
+		// released at the stop) while the first one's complete is refused.
+		// Each call returns only once the outcomes before it were refused,
+		// plus 100 ms for the refusal to stop the claim loop: a processor
+		// that claims on after a refusal works a third message, whatever
+		// the machine's speed. (A fixed 100 ms sleep raced the writer.)
+		var calls atomic.Int32
+		reported, runErr := runAlone(t, store, func(context.Context, leasing.Lease) error {
+			before := calls.Add(1) - 1
+			for deadline := time.Now().Add(5 * time.Second); completes.Load() < before && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			return nil
+		})
 
 		require.ErrorIs(t, runErr, leasing.ErrPermissionDenied)
 		require.ErrorContains(t, runErr, "processor: inbox stopped: the database refused an outcome write")
