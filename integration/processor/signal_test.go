@@ -235,11 +235,27 @@ func TestWorkSignalLostWithRollbackIsPolled(t *testing.T) {
 }
 
 // statementCounter counts the statements sent through a pool, batch
-// members one by one: a pgx tracer.
-type statementCounter struct{ n atomic.Int64 }
+// members one by one: a pgx tracer. As the pool's acquire and release
+// tracer it also keeps how many of the pool's connections are in use (an
+// acquire that dials included) and when a statement, acquire or release
+// last came.
+type statementCounter struct {
+	n    atomic.Int64
+	busy atomic.Int64 // connections acquired, or being acquired, and not released
+	last atomic.Int64 // Unix nanoseconds of the last statement, acquire or release
+}
+
+func (c *statementCounter) touch() { c.last.Store(time.Now().UnixNano()) }
+
+// idleFor reports whether no connection of the pool is in use and nothing
+// was sent, acquired or released for d.
+func (c *statementCounter) idleFor(d time.Duration) bool {
+	return c.busy.Load() == 0 && time.Since(time.Unix(0, c.last.Load())) >= d
+}
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.touch()
 	return ctx
 }
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -248,8 +264,24 @@ func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ p
 }
 func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
 	c.n.Add(1)
+	c.touch()
 }
 func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (c *statementCounter) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	c.busy.Add(1)
+	c.touch()
+	return ctx
+}
+func (c *statementCounter) TraceAcquireEnd(_ context.Context, _ *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
+	if d.Err != nil {
+		c.busy.Add(-1)
+	}
+	c.touch()
+}
+func (c *statementCounter) TraceRelease(*pgxpool.Pool, pgxpool.TraceReleaseData) {
+	c.busy.Add(-1)
+	c.touch()
+}
 
 // TestIdleProcessorIsQuiet counts, with a pgx tracer on the processor's
 // pool, the statements an idle processor with a Listener and default
@@ -283,17 +315,16 @@ func TestIdleProcessorIsQuiet(t *testing.T) {
 
 	require.Eventually(t, func() bool { return l.BackendPID() != 0 }, e2eWait, time.Millisecond)
 	// The start-up: the privilege check, the claims at start and after the
-	// listener's first wake, and their short repolls (126 ms in all). It is
-	// over once the processor has sent something and then nothing for 300
-	// ms; its length depends on the machine's load.
+	// listener's first wake, and their short repolls (126 ms in all); its
+	// length depends on the machine's load. It is over once the processor
+	// has sent something and then held no pool connection and sent nothing
+	// for a second: a statement or a dial that takes long on a loaded
+	// machine is not silence (300 ms between statement starts was, and
+	// the repolls after it fell into the window). The window then ends
+	// about 4 s after the last claim, well before the next poll (10 s).
 	connected := counter.n.Load()
-	last := connected
-	require.Eventually(t, func() bool {
-		n := counter.n.Load()
-		settled := n > connected && n == last
-		last = n
-		return settled
-	}, e2eWait, 300*time.Millisecond, "the processor's start-up settles")
+	require.Eventually(t, func() bool { return counter.n.Load() > connected && counter.idleFor(time.Second) },
+		e2eWait, 10*time.Millisecond, "the processor's start-up settles")
 	window := 3 * time.Second
 	if v := os.Getenv("LEASESTORE_IDLE_WINDOW"); v != "" {
 		window, err = time.ParseDuration(v)
