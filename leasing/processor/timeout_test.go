@@ -251,8 +251,11 @@ func TestProcessorHandlerTimeout(t *testing.T) {
 		t.Parallel()
 		// One timer watches every call: when it fires for the first call,
 		// a call that started later runs on until its own deadline, and a
-		// call started once the others returned times out too.
-		const timeout = 300 * time.Millisecond
+		// call started once the others returned times out too. The second
+		// call starts timeout/2 after the first, so a timer that fires late
+		// by that much takes both calls at once: 500 ms, not the 150 ms of
+		// a 300 ms timeout, which a loaded machine could be late by.
+		const timeout = time.Second
 		b := setupProcessor(t, leasing.Inbox)
 		first := b.enqueue(t, 1)[0]
 		firstStarted, firstEnded := make(chan struct{}), make(chan struct{})
