@@ -190,13 +190,26 @@ func syncDrain(t *testing.T, target int, viaProxy bool) {
 	})
 	t.Logf("promoted %s after the primary stopped", time.Since(stopped).Round(time.Millisecond))
 
-	// The stale lease is fenced off; the fresh one writes.
-	res, err := stores[leasing.Inbox].Complete(ctx, stale)
-	require.NoError(t, err)
-	require.ErrorIs(t, res.Err(), leasing.ErrLeaseLost, "a lease from before the switch wrote over a newer one")
-	res, err = stores[leasing.Inbox].Complete(ctx, fresh)
-	require.NoError(t, err)
-	require.NoError(t, res.Err())
+	// The stale lease is fenced off; the fresh one writes. A call may
+	// meet a pooled connection the switch broke before the pool or another
+	// caller found it broken (ErrUnavailable): it is sent again, as the
+	// store's callers do; a fenced write sent twice reports already
+	// applied.
+	complete := func(l leasing.Lease) leasing.WriteResult {
+		t.Helper()
+		for try := 1; ; try++ {
+			res, err := stores[leasing.Inbox].Complete(ctx, l)
+			if errors.Is(err, leasing.ErrUnavailable) && try < 20 {
+				t.Logf("complete, try %d: %v", try, err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			require.NoError(t, err)
+			return res
+		}
+	}
+	require.ErrorIs(t, complete(stale).Err(), leasing.ErrLeaseLost, "a lease from before the switch wrote over a newer one")
+	require.NoError(t, complete(fresh).Err())
 
 	// Every acked message ends terminal on the new primary.
 	waitFor(t, func() bool {
