@@ -110,7 +110,17 @@ WITH fresh AS (
            count(*) OVER (PARTITION BY coalesce(m.tenant_id, ''), m.ordering_key) AS added,
            dense_rank() OVER (ORDER BY coalesce(m.tenant_id, ''), m.ordering_key)::int AS line
     FROM unnest(($1::text[])::uuid[]) WITH ORDINALITY AS u(message_id, position)
-    JOIN outbox_messages AS m ON m.message_id = u.message_id
+    CROSS JOIN LATERAL (
+        -- One primary-key lookup per message on every plan: LIMIT keeps
+        -- the subquery from being merged into a join, and the filters
+        -- stay outside it. Joined directly, a generic plan made on tables
+        -- never analyzed read the unplaced rows through *_waiting_idx
+        -- once per message (10,000 rows visited per message at 10,000).
+        SELECT r.message_id, r.tenant_id, r.ordering_key, r.status, r.key_seq
+        FROM outbox_messages AS r
+        WHERE r.message_id = u.message_id
+        LIMIT 1
+    ) AS m
     WHERE m.status = 'waiting'
       AND m.ordering_key IS NOT NULL
       AND m.key_seq IS NULL

@@ -166,12 +166,15 @@ func TestKeyWritePlans(t *testing.T) {
 
 // TestEnqueueOrderLinear: placing keyed rows in their keys' lines
 // (EnqueueOrder, after the insert of an enqueue) costs in proportion to
-// the messages it places, whatever the number of keys: 10,000 waiting rows
-// over 5,000 keys, half of which already have a line (a key row and a
-// leased head), placed on the custom and the generic plan, visit at most
-// a few rows and buffers per message. A plan that joins the statement's
-// own intermediate results through nested loops visits thousands per
-// message.
+// the messages it places, whatever the number of keys and the statistics:
+// 10,000 waiting rows over 5,000 keys, half of which already have a line
+// (a key row and a leased head), placed on the custom and the generic plan,
+// with the tables never analyzed and then analyzed, visit at most a few
+// rows and buffers per message. A plan that joins the statement's own
+// intermediate results through nested loops visits thousands per message;
+// so did the generic plan on tables never analyzed, which read the
+// unplaced rows through *_waiting_idx once per message (3 s instead of
+// 0.2 s from the sixth 10,000-message enqueue on a connection).
 func TestEnqueueOrderLinear(t *testing.T) {
 	t.Parallel()
 	const messages, keys = 10_000, 5_000
@@ -180,8 +183,14 @@ func TestEnqueueOrderLinear(t *testing.T) {
 			t.Parallel()
 			conn := connect(t)
 			ctx := t.Context()
-			seed(t, conn, q, q.done, 0, 49_999)
 			keysTable := strings.TrimSuffix(q.table, "_messages") + "_ordering_keys"
+			// Statistics change only where the test says: never analyzed
+			// first, as a new database's tables are until autovacuum comes.
+			for _, table := range []string{q.table, keysTable} {
+				_, err := conn.Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = off)")
+				require.NoError(t, err)
+			}
+			seed(t, conn, q, q.done, 0, 49_999)
 			// Keys 0..keys/2-1 have a line: a leased head and its key row.
 			seedKeyed(t, conn, q, q.inFlight, 100_000, 100_000+keys/2-1, keys/2)
 			_, err := conn.Exec(ctx, fmt.Sprintf(`
@@ -198,26 +207,31 @@ func TestEnqueueOrderLinear(t *testing.T) {
 				    FROM generate_series(1, $1::int) AS g
 				    RETURNING message_id)
 				SELECT array_agg(message_id)::text FROM fresh`, q.table), messages, keys).Scan(&ids))
-			analyze(t, conn, q)
-			_, err = conn.Exec(ctx, "ANALYZE "+keysTable)
-			require.NoError(t, err)
 
 			sql := generatedSQL(t, q.genFile, strings.Replace(q.genConst, "Claim", "EnqueueOrder", 1))
-			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				root := explainMaintenance(t, conn, sql, mode, map[uint32]string{
-					pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL",
-				})
-				var placed int64
-				walk(root, nil, func(n planNode, _ []planNode) {
-					if n.NodeType == "ModifyTable" && n.Relation == q.table {
-						placed = int64(n.ActualRows)
-					}
-				})
-				require.Equal(t, int64(messages), placed, "%s: rows placed", mode)
-				rows, bufs := rowsProcessed(root)/messages, float64(buffers(root))/messages
-				t.Logf("%s %s: %.1f rows and %.1f buffers per message", q.table, mode, rows, bufs)
-				require.LessOrEqual(t, rows, 25.0, "%s: rows visited per message: %s", mode, mustJSON(root))
-				require.LessOrEqual(t, bufs, 30.0, "%s: buffers per message: %s", mode, mustJSON(root))
+			for _, stats := range []string{"never analyzed", "analyzed"} {
+				if stats == "analyzed" {
+					analyze(t, conn, q)
+					_, err = conn.Exec(ctx, "ANALYZE "+keysTable)
+					require.NoError(t, err)
+				}
+				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+					// Each EXPLAIN ANALYZE rolls back: every one places the same rows.
+					root := explainMaintenance(t, conn, sql, mode, map[uint32]string{
+						pgtype.TextArrayOID: pgQuote(ids) + "::text[]", pgtype.TimestamptzOID: "NULL",
+					})
+					var placed int64
+					walk(root, nil, func(n planNode, _ []planNode) {
+						if n.NodeType == "ModifyTable" && n.Relation == q.table {
+							placed = int64(n.ActualRows)
+						}
+					})
+					require.Equal(t, int64(messages), placed, "%s, %s: rows placed", stats, mode)
+					rows, bufs := rowsProcessed(root)/messages, float64(buffers(root))/messages
+					t.Logf("%s, %s, %s: %.1f rows and %.1f buffers per message", q.table, stats, mode, rows, bufs)
+					require.LessOrEqual(t, rows, 40.0, "%s, %s: rows visited per message: %s", stats, mode, mustJSON(root))
+					require.LessOrEqual(t, bufs, 30.0, "%s, %s: buffers per message: %s", stats, mode, mustJSON(root))
+				}
 			}
 		})
 	}
