@@ -49,6 +49,7 @@ type planNode struct {
 	NodeType   string     `json:"Node Type"`
 	Subplan    string     `json:"Subplan Name"`
 	IndexName  string     `json:"Index Name"`
+	Filter     string     `json:"Filter"`
 	Relation   string     `json:"Relation Name"`
 	ActualRows float64    `json:"Actual Rows"`
 	Loops      float64    `json:"Actual Loops"`
