@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../integration"
 
-bash scripts/db-start.sh
+bash ../scripts/db-start.sh
 export LEASESTORE_STRESS=1
 race=()
 if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
@@ -41,7 +41,7 @@ go test "${race[@]}" -count=1 -timeout 90m -v -run 'TestStress|TestFaultChaos|Te
 if [ "${SKIP_RESTART:-0}" != 1 ]; then
   echo "== server restart during a stress run"
   go test "${race[@]}" -count=1 -timeout 30m -v -run 'TestFaultServerRestart' ./reliability/ 2>&1 | figures
-  bash scripts/db-start.sh
+  bash ../scripts/db-start.sh
 fi
 
 echo "== every operation at once on both queues (TestSoakAllOperations, SOAK=${SOAK:-3m})"
