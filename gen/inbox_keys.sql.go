@@ -12,6 +12,39 @@ import (
 	"github.com/google/uuid"
 )
 
+const inboxDeadLetteredHeads = `-- name: InboxDeadLetteredHeads :many
+SELECT m.message_id
+FROM inbox_ordering_keys AS k
+JOIN inbox_messages AS m ON m.message_id = k.head_id
+WHERE m.status = 'dead_lettered'
+ORDER BY m.message_id
+`
+
+// InboxDeadLetteredHeads returns, in id order, the dead-lettered inbox
+// messages that still hold their keys: the keys strict ordering held, which
+// Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) when it turns
+// strict ordering off. It reads every key row (one per key in use): for
+// the operator's switch, not for a hot path.
+func (q *Queries) InboxDeadLetteredHeads(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, inboxDeadLetteredHeads)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxKeyAdvance = `-- name: InboxKeyAdvance :one
 WITH freed AS (
     SELECT k.tenant_id, k.ordering_key

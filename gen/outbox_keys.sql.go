@@ -12,6 +12,39 @@ import (
 	"github.com/google/uuid"
 )
 
+const outboxDeadLetteredHeads = `-- name: OutboxDeadLetteredHeads :many
+SELECT m.message_id
+FROM outbox_ordering_keys AS k
+JOIN outbox_messages AS m ON m.message_id = k.head_id
+WHERE m.status = 'dead_lettered'
+ORDER BY m.message_id
+`
+
+// OutboxDeadLetteredHeads returns, in id order, the dead-lettered outbox
+// messages that still hold their keys: the keys strict ordering held, which
+// Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) when it turns
+// strict ordering off. It reads every key row (one per key in use): for
+// the operator's switch, not for a hot path.
+func (q *Queries) OutboxDeadLetteredHeads(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, outboxDeadLetteredHeads)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var message_id uuid.UUID
+		if err := rows.Scan(&message_id); err != nil {
+			return nil, err
+		}
+		items = append(items, message_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxKeyAdvance = `-- name: OutboxKeyAdvance :one
 WITH freed AS (
     SELECT k.tenant_id, k.ordering_key

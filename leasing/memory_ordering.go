@@ -38,6 +38,15 @@ func (m *Memory) SetStrictOrdering(ctx context.Context, strict bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.strict = strict
+	if !strict {
+		// The keys strict mode held for dead-lettered heads are freed.
+		now := m.clock()
+		for key, k := range m.keys {
+			if r := m.rows[k.head]; r != nil && r.Status == StatusDeadLettered {
+				m.advance(key, now)
+			}
+		}
+	}
 	return nil
 }
 

@@ -25,13 +25,27 @@ func (s *Postgres) StrictOrdering(ctx context.Context) (bool, error) {
 // SetStrictOrdering turns strict ordering on or off for the store's queue
 // in the database (leasestore_queue_settings), for every process at once:
 // on, a head dead-lettered from then on keeps its key blocked until it is
-// requeued or purged; off (the default), it frees its key.
+// requeued or purged; off (the default), it frees its key. Turning it off
+// also frees the keys that dead-lettered heads hold then, promoting each
+// key's next message, in transactions after the one that turns it off
+// (MaxBatchSize keys each): should one fail, the error says so and
+// calling SetStrictOrdering(ctx, false) again frees the rest.
 //
 // Errors: the driver error.
 func (s *Postgres) SetStrictOrdering(ctx context.Context, strict bool) error {
 	set := bind(noRows(gen.New().OrderingSetStrict), gen.OrderingSetStrictParams{Queue: string(s.queue), StrictOrdering: strict})
-	if err := s.send(ctx, operator, set); err != nil {
+	steps := []step{set}
+	heads := bind(s.q.deadLetteredHeads, struct{}{})
+	if !strict {
+		steps = append(steps, heads)
+	}
+	if err := s.send(ctx, operator, steps...); err != nil {
 		return fmt.Errorf("leasing: set strict ordering %s: %w", s.queue, err)
+	}
+	for ids := heads.out; len(ids) > 0; ids = ids[min(len(ids), MaxBatchSize):] {
+		if err := s.send(ctx, operator, s.keySteps(ids[:min(len(ids), MaxBatchSize)])...); err != nil {
+			return fmt.Errorf("leasing: set strict ordering %s: free the keys of dead-lettered heads: %w", s.queue, err)
+		}
 	}
 	return nil
 }

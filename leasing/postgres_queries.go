@@ -15,38 +15,39 @@ import (
 // emit_result_struct_pointers). The fenced writes return InboxCompleteRow,
 // the claims InboxClaimRow, the reads InboxGetRow.
 type queries struct {
-	claim            func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]*gen.InboxClaimRow, error)
-	claimTenant      func(context.Context, gen.DBTX, gen.InboxClaimTenantParams) ([]*gen.InboxClaimRow, error)
-	renew            func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]*gen.InboxRenewRow, error)
-	release          func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]*gen.InboxCompleteRow, error)
-	releaseOrphans   func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
-	expirePrevious   func(context.Context, gen.DBTX, gen.InboxExpirePreviousParams) ([]uuid.UUID, error)
-	complete         func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]*gen.InboxCompleteRow, error)
-	fail             func(context.Context, gen.DBTX, gen.InboxFailParams) ([]*gen.InboxCompleteRow, error)
-	deadLetter       func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]*gen.InboxCompleteRow, error)
-	deadLetterByID   func(context.Context, gen.DBTX, gen.InboxDeadLetterByIDParams) (*gen.InboxDeadLetterByIDRow, error)
-	requeue          func(context.Context, gen.DBTX, gen.InboxRequeueParams) ([]uuid.UUID, error)
-	requeueBatch     func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]*gen.InboxRequeueBatchRow, error)
-	purge            func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
-	purgeHeads       func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (*gen.InboxPurgeHeadsRow, error)
-	retained         func(context.Context, gen.DBTX, gen.InboxRetainedParams) (*gen.InboxRetainedRow, error)
-	countByStatus    func(context.Context, gen.DBTX, struct{}) ([]*gen.InboxCountByStatusRow, error)
-	leaseHealth      func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (*gen.InboxLeaseHealthRow, error)
-	get              func(context.Context, gen.DBTX, gen.InboxGetParams) (*gen.InboxGetRow, error)
-	list             func(context.Context, gen.DBTX, gen.InboxListParams) ([]*gen.InboxGetRow, error)
-	countMatching    func(context.Context, gen.DBTX, gen.InboxCountMatchingParams) (int64, error)
-	deadLetterGroups func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]*gen.InboxDeadLetterGroupsRow, error)
-	purgeByIDs       func(context.Context, gen.DBTX, gen.InboxPurgeByIDsParams) ([]uuid.UUID, error)
-	keyList          func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]*gen.InboxKeyListRow, error)
-	enqueue          func(context.Context, gen.DBTX, enqueueColumns) ([]uuid.UUID, error)
-	enqueueCopy      func(context.Context, gen.DBTX, []NewMessage) (int64, error)
-	enqueueOrder     func(context.Context, gen.DBTX, gen.InboxEnqueueOrderParams) (int64, error)
-	keyLock          func(context.Context, gen.DBTX, gen.InboxKeyLockParams) (int64, error)
-	keyAdvance       func(context.Context, gen.DBTX, gen.InboxKeyAdvanceParams) (*gen.InboxKeyAdvanceRow, error)
-	keyAdvanceVacant func(context.Context, gen.DBTX, gen.InboxKeyAdvanceVacantParams) (*gen.InboxKeyAdvanceVacantRow, error)
-	orderingHealth   func(context.Context, gen.DBTX, gen.InboxOrderingHealthParams) ([]*gen.InboxOrderingHealthRow, error)
-	vacuum           func(context.Context, gen.DBTX, struct{}) (struct{}, error)
-	vacuumKeys       func(context.Context, gen.DBTX, struct{}) (struct{}, error)
+	claim             func(context.Context, gen.DBTX, gen.InboxClaimParams) ([]*gen.InboxClaimRow, error)
+	claimTenant       func(context.Context, gen.DBTX, gen.InboxClaimTenantParams) ([]*gen.InboxClaimRow, error)
+	renew             func(context.Context, gen.DBTX, gen.InboxRenewParams) ([]*gen.InboxRenewRow, error)
+	release           func(context.Context, gen.DBTX, gen.InboxReleaseParams) ([]*gen.InboxCompleteRow, error)
+	releaseOrphans    func(context.Context, gen.DBTX, gen.InboxReleaseOrphansParams) ([]uuid.UUID, error)
+	expirePrevious    func(context.Context, gen.DBTX, gen.InboxExpirePreviousParams) ([]uuid.UUID, error)
+	complete          func(context.Context, gen.DBTX, gen.InboxCompleteParams) ([]*gen.InboxCompleteRow, error)
+	fail              func(context.Context, gen.DBTX, gen.InboxFailParams) ([]*gen.InboxCompleteRow, error)
+	deadLetter        func(context.Context, gen.DBTX, gen.InboxDeadLetterParams) ([]*gen.InboxCompleteRow, error)
+	deadLetterByID    func(context.Context, gen.DBTX, gen.InboxDeadLetterByIDParams) (*gen.InboxDeadLetterByIDRow, error)
+	requeue           func(context.Context, gen.DBTX, gen.InboxRequeueParams) ([]uuid.UUID, error)
+	requeueBatch      func(context.Context, gen.DBTX, gen.InboxRequeueBatchParams) ([]*gen.InboxRequeueBatchRow, error)
+	purge             func(context.Context, gen.DBTX, gen.InboxPurgeParams) (int64, error)
+	purgeHeads        func(context.Context, gen.DBTX, gen.InboxPurgeHeadsParams) (*gen.InboxPurgeHeadsRow, error)
+	retained          func(context.Context, gen.DBTX, gen.InboxRetainedParams) (*gen.InboxRetainedRow, error)
+	countByStatus     func(context.Context, gen.DBTX, struct{}) ([]*gen.InboxCountByStatusRow, error)
+	leaseHealth       func(context.Context, gen.DBTX, gen.InboxLeaseHealthParams) (*gen.InboxLeaseHealthRow, error)
+	get               func(context.Context, gen.DBTX, gen.InboxGetParams) (*gen.InboxGetRow, error)
+	list              func(context.Context, gen.DBTX, gen.InboxListParams) ([]*gen.InboxGetRow, error)
+	countMatching     func(context.Context, gen.DBTX, gen.InboxCountMatchingParams) (int64, error)
+	deadLetterGroups  func(context.Context, gen.DBTX, gen.InboxDeadLetterGroupsParams) ([]*gen.InboxDeadLetterGroupsRow, error)
+	purgeByIDs        func(context.Context, gen.DBTX, gen.InboxPurgeByIDsParams) ([]uuid.UUID, error)
+	keyList           func(context.Context, gen.DBTX, gen.InboxKeyListParams) ([]*gen.InboxKeyListRow, error)
+	enqueue           func(context.Context, gen.DBTX, enqueueColumns) ([]uuid.UUID, error)
+	enqueueCopy       func(context.Context, gen.DBTX, []NewMessage) (int64, error)
+	enqueueOrder      func(context.Context, gen.DBTX, gen.InboxEnqueueOrderParams) (int64, error)
+	keyLock           func(context.Context, gen.DBTX, gen.InboxKeyLockParams) (int64, error)
+	keyAdvance        func(context.Context, gen.DBTX, gen.InboxKeyAdvanceParams) (*gen.InboxKeyAdvanceRow, error)
+	keyAdvanceVacant  func(context.Context, gen.DBTX, gen.InboxKeyAdvanceVacantParams) (*gen.InboxKeyAdvanceVacantRow, error)
+	deadLetteredHeads func(context.Context, gen.DBTX, struct{}) ([]uuid.UUID, error)
+	orderingHealth    func(context.Context, gen.DBTX, gen.InboxOrderingHealthParams) ([]*gen.InboxOrderingHealthRow, error)
+	vacuum            func(context.Context, gen.DBTX, struct{}) (struct{}, error)
+	vacuumKeys        func(context.Context, gen.DBTX, struct{}) (struct{}, error)
 
 	// enqueueDuplicates is the inbox's only: the outbox refuses duplicates.
 	enqueueDuplicates func(context.Context, gen.DBTX, gen.InboxEnqueueDuplicatesParams) ([]*gen.InboxEnqueueDuplicatesRow, error)
@@ -91,13 +92,14 @@ func inboxQueries(q *gen.Queries) queries {
 		enqueueCopy: func(ctx context.Context, db gen.DBTX, msgs []NewMessage) (int64, error) {
 			return inboxEnqueueCopy(ctx, db, q, msgs)
 		},
-		enqueueOrder:     q.InboxEnqueueOrder,
-		keyLock:          q.InboxKeyLock,
-		keyAdvance:       q.InboxKeyAdvance,
-		keyAdvanceVacant: q.InboxKeyAdvanceVacant,
-		orderingHealth:   q.InboxOrderingHealth,
-		vacuum:           exec(q.InboxVacuum),
-		vacuumKeys:       exec(q.InboxVacuumKeys),
+		enqueueOrder:      q.InboxEnqueueOrder,
+		keyLock:           q.InboxKeyLock,
+		keyAdvance:        q.InboxKeyAdvance,
+		keyAdvanceVacant:  q.InboxKeyAdvanceVacant,
+		deadLetteredHeads: noParams(q.InboxDeadLetteredHeads),
+		orderingHealth:    q.InboxOrderingHealth,
+		vacuum:            exec(q.InboxVacuum),
+		vacuumKeys:        exec(q.InboxVacuumKeys),
 
 		enqueueDuplicates: q.InboxEnqueueDuplicates,
 	}
@@ -185,8 +187,9 @@ func outboxQueries(q *gen.Queries) queries {
 			each(func(r *gen.OutboxOrderingHealthRow) *gen.InboxOrderingHealthRow {
 				return (*gen.InboxOrderingHealthRow)(r)
 			})),
-		vacuum:     exec(q.OutboxVacuum),
-		vacuumKeys: exec(q.OutboxVacuumKeys),
+		vacuum:            exec(q.OutboxVacuum),
+		vacuumKeys:        exec(q.OutboxVacuumKeys),
+		deadLetteredHeads: noParams(q.OutboxDeadLetteredHeads),
 	}
 }
 

@@ -109,6 +109,18 @@ WITH freed AS (
 )
 SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied;
 
+-- InboxDeadLetteredHeads returns, in id order, the dead-lettered inbox
+-- messages that still hold their keys: the keys strict ordering held, which
+-- Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) when it turns
+-- strict ordering off. It reads every key row (one per key in use): for
+-- the operator's switch, not for a hot path.
+-- name: InboxDeadLetteredHeads :many
+SELECT m.message_id
+FROM inbox_ordering_keys AS k
+JOIN inbox_messages AS m ON m.message_id = k.head_id
+WHERE m.status = 'dead_lettered'
+ORDER BY m.message_id;
+
 -- InboxKeyLock locks, in key order, the key row of each inbox message among
 -- message_ids that is its key's head and has finished: completed, or
 -- dead-lettered while the queue's strict_ordering is off

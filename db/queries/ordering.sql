@@ -5,9 +5,9 @@
 SELECT coalesce((SELECT strict_ordering FROM leasestore_queue_settings WHERE queue = @queue::text), false)::boolean AS strict_ordering;
 
 -- OrderingSetStrict sets queue's strict_ordering. It applies to dead
--- letters written from then on: keys already freed stay free, and a key
--- held by a dead-lettered head when strict mode is turned off stays held
--- until that head is requeued or purged.
+-- letters written from then on: keys already freed stay free. The keys
+-- that dead-lettered heads hold when strict mode is turned off are freed
+-- by the caller (InboxDeadLetteredHeads, then KeyLock and KeyAdvance).
 -- name: OrderingSetStrict :exec
 INSERT INTO leasestore_queue_settings (queue, strict_ordering)
 VALUES (@queue::text, @strict_ordering::boolean)

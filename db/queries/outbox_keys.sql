@@ -109,6 +109,18 @@ WITH freed AS (
 )
 SELECT (SELECT count(*) FROM headed)::bigint AS promoted, (SELECT count(*) FROM emptied)::bigint AS emptied;
 
+-- OutboxDeadLetteredHeads returns, in id order, the dead-lettered outbox
+-- messages that still hold their keys: the keys strict ordering held, which
+-- Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) when it turns
+-- strict ordering off. It reads every key row (one per key in use): for
+-- the operator's switch, not for a hot path.
+-- name: OutboxDeadLetteredHeads :many
+SELECT m.message_id
+FROM outbox_ordering_keys AS k
+JOIN outbox_messages AS m ON m.message_id = k.head_id
+WHERE m.status = 'dead_lettered'
+ORDER BY m.message_id;
+
 -- OutboxKeyLock locks, in key order, the key row of each outbox message among
 -- message_ids that is its key's head and has finished: published, or
 -- dead-lettered while the queue's strict_ordering is off

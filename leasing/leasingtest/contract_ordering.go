@@ -175,6 +175,28 @@ var orderingCases = []contractCase{
 		require.Equal(t, 1, n)
 		require.Equal(t, []uuid.UUID{ids[1]}, idsOf(b.claim("w", 10)), "purging the blocking head promotes the next")
 	}},
+	{"Ordering/StrictOffFreesTheKeysItHeld", func(t *testing.T, b *bundle) {
+		strict := b.store.(strictSetter)
+		require.NoError(t, strict.SetStrictOrdering(b.ctx, true))
+		ids := b.enqueue(keyed("", "k", 2)...)
+		other := b.enqueue(keyed("", "j", 1)...)
+		l := b.claim("w", 10)
+		require.Equal(t, []uuid.UUID{ids[0], other[0]}, idsOf(l))
+		res, err := b.store.DeadLetter(b.ctx, leasing.Failure{Lease: l[0], Error: "poison"})
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+		require.Empty(t, b.claim("w", 10), "strict mode holds the key")
+		// A stale write naming the dead letter changes nothing.
+		res, err = b.store.Complete(b.ctx, l[0])
+		require.NoError(t, err)
+		require.ErrorIs(t, res.Err(), leasing.ErrAlreadyTerminal)
+		require.Equal(t, leasing.StatusWaiting, b.get(ids[1]).Status)
+
+		require.NoError(t, strict.SetStrictOrdering(b.ctx, false))
+		require.Equal(t, leasing.StatusPending, b.get(ids[1]).Status, "turning strict mode off frees the key")
+		require.Equal(t, []uuid.UUID{ids[1]}, idsOf(b.claim("w", 10)))
+		require.Equal(t, leasing.StatusDeadLettered, b.get(ids[0]).Status)
+	}},
 	{"Ordering/DeadLetterByIDOfHeadAndOfWaiting", func(t *testing.T, b *bundle) {
 		ids := b.enqueue(keyed("", "k", 3)...)
 		op := b.store.(deadLetterer)
