@@ -23,7 +23,7 @@ type OrderingSetStrictParams struct {
 // OrderingSetStrict sets queue's strict_ordering. It applies to dead
 // letters written from then on: keys already freed stay free. The keys
 // that dead-lettered heads hold when strict mode is turned off are freed
-// by the caller (InboxDeadLetteredHeads, then KeyLock and KeyAdvance).
+// by the caller (the queue's DeadLetteredHeads, then KeyLock and KeyAdvance).
 func (q *Queries) OrderingSetStrict(ctx context.Context, db DBTX, arg OrderingSetStrictParams) error {
 	_, err := db.Exec(ctx, orderingSetStrict, arg.Queue, arg.StrictOrdering)
 	return err

@@ -7,7 +7,7 @@ SELECT coalesce((SELECT strict_ordering FROM leasestore_queue_settings WHERE que
 -- OrderingSetStrict sets queue's strict_ordering. It applies to dead
 -- letters written from then on: keys already freed stay free. The keys
 -- that dead-lettered heads hold when strict mode is turned off are freed
--- by the caller (InboxDeadLetteredHeads, then KeyLock and KeyAdvance).
+-- by the caller (the queue's DeadLetteredHeads, then KeyLock and KeyAdvance).
 -- name: OrderingSetStrict :exec
 INSERT INTO leasestore_queue_settings (queue, strict_ordering)
 VALUES (@queue::text, @strict_ordering::boolean)
