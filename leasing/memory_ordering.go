@@ -41,9 +41,9 @@ func (m *Memory) SetStrictOrdering(ctx context.Context, strict bool) error {
 	if !strict {
 		// The keys strict mode held for dead-lettered heads are freed.
 		now := m.clock()
-		for key, k := range m.keys {
-			if r := m.rows[k.head]; r != nil && r.Status == StatusDeadLettered {
-				m.advance(key, now)
+		for _, k := range m.keys {
+			if r := m.rows[k.head]; r != nil {
+				m.finishHead(r, now)
 			}
 		}
 	}
