@@ -78,7 +78,7 @@ WITH input AS (
            unnest($6::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, m.outcome_generation, m.outcome,
            m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
@@ -125,7 +125,8 @@ SELECT i.message_id::uuid AS message_id,
                 OR (l.outcome_generation = i.lease_generation AND l.outcome = 'released') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
@@ -145,6 +146,7 @@ type OutboxReleaseParams struct {
 type OutboxReleaseRow struct {
 	MessageID uuid.UUID
 	Outcome   string
+	Keyed     bool
 }
 
 // OutboxRelease gives leases back early for each (message_id, lease_generation)
@@ -176,7 +178,7 @@ func (q *Queries) OutboxRelease(ctx context.Context, db DBTX, arg OutboxReleaseP
 	items := []*OutboxReleaseRow{}
 	for rows.Next() {
 		var i OutboxReleaseRow
-		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
+		if err := rows.Scan(&i.MessageID, &i.Outcome, &i.Keyed); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

@@ -20,7 +20,7 @@ WITH input AS (
            unnest($5::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, m.outcome_generation, m.outcome,
            m.attempts, i.lease_generation AS input_generation, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
@@ -55,7 +55,8 @@ SELECT i.message_id::uuid AS message_id,
                 OR (l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
@@ -73,6 +74,7 @@ type OutboxDeadLetterParams struct {
 type OutboxDeadLetterRow struct {
 	MessageID uuid.UUID
 	Outcome   string
+	Keyed     bool
 }
 
 // OutboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
@@ -98,7 +100,7 @@ func (q *Queries) OutboxDeadLetter(ctx context.Context, db DBTX, arg OutboxDeadL
 	items := []*OutboxDeadLetterRow{}
 	for rows.Next() {
 		var i OutboxDeadLetterRow
-		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
+		if err := rows.Scan(&i.MessageID, &i.Outcome, &i.Keyed); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -118,7 +120,7 @@ WITH input AS (
            unnest($6::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, m.outcome_generation, m.outcome,
            m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
@@ -153,7 +155,8 @@ SELECT i.message_id::uuid AS message_id,
                 OR (l.outcome_generation = i.lease_generation AND l.outcome = 'failed') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
@@ -172,6 +175,7 @@ type OutboxFailParams struct {
 type OutboxFailRow struct {
 	MessageID uuid.UUID
 	Outcome   string
+	Keyed     bool
 }
 
 // OutboxFail writes failed for each (message_id, lease_generation, retry_delay,
@@ -197,7 +201,7 @@ func (q *Queries) OutboxFail(ctx context.Context, db DBTX, arg OutboxFailParams)
 	items := []*OutboxFailRow{}
 	for rows.Next() {
 		var i OutboxFailRow
-		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
+		if err := rows.Scan(&i.MessageID, &i.Outcome, &i.Keyed); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -229,7 +233,7 @@ WITH input AS (
     -- so that the UPDATE does not join input again: the planner takes an
     -- array parameter for 10 elements and would nest that join, at
     -- O(batch²).
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, i.lease_generation AS input_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -259,7 +263,8 @@ SELECT i.message_id::uuid AS message_id,
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
@@ -275,13 +280,17 @@ type OutboxPublishParams struct {
 type OutboxPublishRow struct {
 	MessageID uuid.UUID
 	Outcome   string
+	Keyed     bool
 }
 
 // OutboxPublish writes published (published_at = now) for each
 // (message_id, lease_generation) still leased to lease_owner, and returns
 // one outcome per input row: applied; already_applied when this lease had
 // already published it; terminal when it is published or dead-lettered under
-// another lease; lost when the lease moved on; not_found. It leaves
+// another lease; lost when the lease moved on; not_found. Each row's keyed
+// says whether the message has an ordering key (false when not_found): the
+// row's, which a lease of a purged row with the same id may not match, so
+// that the caller frees the keys the write finished (KeyLock). It leaves
 // attempts as it is: a published row is final (no statement changes it but
 // a purge), so its lease columns (lease_owner, lease_generation,
 // attempt_count, last_attempted_at, published_at) are the last attempt's
@@ -301,7 +310,7 @@ func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishP
 	items := []*OutboxPublishRow{}
 	for rows.Next() {
 		var i OutboxPublishRow
-		if err := rows.Scan(&i.MessageID, &i.Outcome); err != nil {
+		if err := rows.Scan(&i.MessageID, &i.Outcome, &i.Keyed); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

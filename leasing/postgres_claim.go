@@ -47,8 +47,12 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err = s.send(ctx, hotPath, steps...); err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
+	res := WriteResult{Outcomes: outcomes(complete.result())}
+	if err := s.freeUnnamedKeys(ctx, complete.result(), done); err != nil {
+		return res, nil, err
+	}
 	leases, parked := claimed(s.queue, claim.result())
-	return WriteResult{Outcomes: outcomes(complete.result())}, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
+	return res, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
 }
 
 // claim returns the claim statement for r: the tenant's claim when r

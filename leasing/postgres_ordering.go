@@ -65,9 +65,46 @@ func (s *Postgres) keySteps(ids []uuid.UUID) []step {
 	}
 }
 
-// parkedKeysTimeout bounds releaseParked, which runs after the claim's
-// context may have ended.
+// parkedKeysTimeout bounds releaseParked and freeUnnamedKeys, which run
+// after the call's context may have ended.
 const parkedKeysTimeout = 10 * time.Second
+
+// unnamedKeys returns the ids of the keyed messages that a write of
+// leases finished (rows, its outcomes in the leases' order: applied or
+// already applied) although their leases name no ordering key, so that
+// the write's key steps (keySteps of keyedIDs(leases)) left their keys
+// alone. A lease passes the fence of a row other than its own when its
+// row was purged and the id enqueued again, keyed: the new row's lease
+// generations start anew, and the same owner name may claim it.
+func unnamedKeys(rows []*gen.InboxCompleteRow, leases []Lease) []uuid.UUID {
+	var ids []uuid.UUID
+	for i, r := range rows {
+		finished := r.Outcome == string(OutcomeApplied) || r.Outcome == string(OutcomeAlreadyApplied)
+		named := i < len(leases) && leases[i].Message.ID == r.MessageID && leases[i].Message.OrderingKey != ""
+		if r.Keyed && finished && !named {
+			ids = append(ids, r.MessageID)
+		}
+	}
+	return ids
+}
+
+// freeUnnamedKeys frees the keys of the unnamedKeys of a write of leases
+// that committed, rows its outcomes, in a transaction after the write's:
+// so it runs even when ctx has ended, for at most parkedKeysTimeout.
+// Should it fail, the error says so, and sending the write again (its
+// outcomes then already applied) frees them.
+func (s *Postgres) freeUnnamedKeys(ctx context.Context, rows []*gen.InboxCompleteRow, leases []Lease) error {
+	ids := unnamedKeys(rows, leases)
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkedKeysTimeout)
+	defer cancel()
+	if err := s.send(ctx, operator, s.keySteps(ids)...); err != nil {
+		return fmt.Errorf("leasing: the write committed; free the ordering keys of %d %s messages whose leases named none: %w", len(ids), s.queue, err)
+	}
+	return nil
+}
 
 // releaseParked frees the keys of rows a claim parked that were their
 // keys' heads, in a transaction after the claim's, which committed: so it

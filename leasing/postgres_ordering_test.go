@@ -18,6 +18,7 @@ import (
 	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/internal/logtest"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -279,6 +280,54 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, next, 1)
 		require.Equal(t, res.IDs[1], next[0].Message.ID)
+	}
+}
+
+// TestOrderingKeyCompleteTxOfAPurgedIncarnation: CompleteTx with a lease
+// of a purged row whose id was enqueued again, keyed, and claimed by an
+// owner of the same name, frees the new row's key in the caller's
+// transaction, though the lease names no key (see Lease).
+func TestOrderingKeyCompleteTxOfAPurgedIncarnation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.DatabaseURL(t)
+	for _, q := range queuesBoth {
+		clock := leasingtest.NewClock(leasingtest.Start)
+		pool := newPool(t, url, "ordering-completetx", 2)
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{Now: clock.Now})
+		require.NoError(t, err)
+		claim := func() []leasing.Lease {
+			l, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+			require.NoError(t, err)
+			return l
+		}
+		m := plainMessage(q)
+		m.ID = uuid.New()
+		_, err = store.Enqueue(ctx, m)
+		require.NoError(t, err)
+		old := claim()
+		require.Len(t, old, 1)
+		w, err := store.Complete(ctx, old...)
+		require.NoError(t, err)
+		require.NoError(t, w.Err())
+		clock.Advance(time.Hour)
+		_, err = store.Purge(ctx, leasing.PurgeRequest{OlderThan: time.Minute, BatchSize: 10})
+		require.NoError(t, err)
+
+		keyed, next := m, plainMessage(q)
+		keyed.OrderingKey, next.OrderingKey = "k", "k"
+		res, err := store.Enqueue(ctx, keyed, next)
+		require.NoError(t, err)
+		require.Len(t, claim(), 1)
+
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		w, err = store.CompleteTx(ctx, tx, old...)
+		require.NoError(t, err)
+		require.NoError(t, w.Err())
+		require.Empty(t, claim(), "the key is freed when tx commits")
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, []uuid.UUID{res.IDs[1]}, ids(claim()), "the new row's key is free")
 	}
 }
 

@@ -82,7 +82,7 @@ func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, 
 	if err != nil {
 		return WriteResult{}, err
 	}
-	return s.write(ctx, "complete", s.complete(s.fence(owner, leases)), keyedIDs(leases))
+	return s.write(ctx, "complete", s.complete(s.fence(owner, leases)), leases)
 }
 
 // CompleteTx is Complete inside the caller's transaction tx: the
@@ -120,7 +120,12 @@ func (s *Postgres) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...Lease) (
 		return WriteResult{}, err
 	}
 	w := s.complete(s.fence(owner, leases))
-	if err := runIn(ctx, tx, append([]step{w}, s.keySteps(keyedIDs(leases))...)...); err != nil {
+	err = runIn(ctx, tx, w)
+	if err == nil {
+		keyed := append(keyedIDs(leases), unnamedKeys(w.result(), leases)...)
+		err = runIn(ctx, tx, s.keySteps(keyed)...)
+	}
+	if err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: complete %s in the caller's transaction: %w", s.queue, err)
 	}
 	return WriteResult{Outcomes: outcomes(w.result())}, nil
@@ -156,16 +161,22 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 	return s.write(ctx, "dead-letter", bind(s.q.deadLetter, gen.InboxDeadLetterParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors,
 		AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
-	}), keyedIDs(leasesOf(failures)))
+	}), leasesOf(failures))
 }
 
-// write sends one fenced write and the key steps of keyed, the ids of the
-// keyed messages it may finish, and wraps its error with op.
-func (s *Postgres) write(ctx context.Context, op string, w result[[]*gen.InboxCompleteRow], keyed []uuid.UUID) (WriteResult, error) {
-	if err := s.send(ctx, hotPath, append([]step{w}, s.keySteps(keyed)...)...); err != nil {
+// write sends one fenced write and wraps its error with op. finishing
+// holds the write's leases when it may finish their messages (Complete,
+// DeadLetter): the key steps of those that name an ordering key go with
+// it, and the keys of those that named none follow (freeUnnamedKeys).
+func (s *Postgres) write(ctx context.Context, op string, w result[[]*gen.InboxCompleteRow], finishing []Lease) (WriteResult, error) {
+	if err := s.send(ctx, hotPath, append([]step{w}, s.keySteps(keyedIDs(finishing))...)...); err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
 	}
-	return WriteResult{Outcomes: outcomes(w.result())}, nil
+	res := WriteResult{Outcomes: outcomes(w.result())}
+	if finishing == nil {
+		return res, nil
+	}
+	return res, s.freeUnnamedKeys(ctx, w.result(), finishing)
 }
 
 // fenceArgs are the leases a fenced write names: one owner, and the

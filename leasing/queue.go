@@ -116,6 +116,15 @@ type Message struct {
 // Lease is one owner's time-bounded right to work a claimed message. Pass it
 // back unchanged to the writes: (Message.ID, Owner, Generation) is the
 // fence they check. Times are the store's clock.
+//
+// A message id enqueued again after its row was purged starts its
+// generations anew, so a lease of the purged row passes the new row's
+// fence once an owner of the same name claims the new row: owners from
+// NewOwner never repeat. Such a write applies to the new row and frees
+// the new row's ordering key, whatever key the lease names; Postgres does
+// that in a transaction after the write's, and should it fail, the write
+// returns an error saying that it committed (sending it again frees the
+// key).
 type Lease struct {
 	Queue Queue
 	Owner string

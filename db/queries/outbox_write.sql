@@ -6,7 +6,10 @@
 -- (message_id, lease_generation) still leased to lease_owner, and returns
 -- one outcome per input row: applied; already_applied when this lease had
 -- already published it; terminal when it is published or dead-lettered under
--- another lease; lost when the lease moved on; not_found. It leaves
+-- another lease; lost when the lease moved on; not_found. Each row's keyed
+-- says whether the message has an ordering key (false when not_found): the
+-- row's, which a lease of a purged row with the same id may not match, so
+-- that the caller frees the keys the write finished (KeyLock). It leaves
 -- attempts as it is: a published row is final (no statement changes it but
 -- a purge), so its lease columns (lease_owner, lease_generation,
 -- attempt_count, last_attempted_at, published_at) are the last attempt's
@@ -33,7 +36,7 @@ WITH input AS (
     -- so that the UPDATE does not join input again: the planner takes an
     -- array parameter for 10 elements and would nest that join, at
     -- O(batch²).
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, i.lease_generation AS input_generation
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, i.lease_generation AS input_generation
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
     ORDER BY m.message_id
@@ -63,7 +66,8 @@ SELECT i.message_id::uuid AS message_id,
                 AND l.lease_generation = i.lease_generation THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
@@ -83,7 +87,7 @@ WITH input AS (
            unnest(@attempt_errors::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, m.outcome_generation, m.outcome,
            m.attempts, i.lease_generation AS input_generation, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
@@ -118,7 +122,8 @@ SELECT i.message_id::uuid AS message_id,
                 OR (l.outcome_generation = i.lease_generation AND l.outcome = 'dead_lettered') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
@@ -138,7 +143,7 @@ WITH input AS (
            unnest(@attempt_errors::text[]) AS attempt_error
 ), locked AS (
     -- As in OutboxPublish: locked in key order, and the fence reads these values.
-    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.outcome_generation, m.outcome,
+    SELECT m.message_id, m.status, m.lease_owner, m.lease_generation, m.ordering_key IS NOT NULL AS keyed, m.outcome_generation, m.outcome,
            m.attempts, i.lease_generation AS input_generation, i.retry_delay, i.last_error, i.attempt_error
     FROM outbox_messages AS m
     JOIN input AS i ON i.message_id = m.message_id
@@ -173,7 +178,8 @@ SELECT i.message_id::uuid AS message_id,
                 OR (l.outcome_generation = i.lease_generation AND l.outcome = 'failed') THEN 'already_applied'
            WHEN l.status IN ('published', 'dead_lettered') THEN 'terminal'
            ELSE 'lost'
-       END)::text AS outcome
+       END)::text AS outcome,
+       coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id;
