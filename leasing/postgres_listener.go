@@ -95,7 +95,9 @@ func (e *ListenerUndeliveredError) Error() string {
 
 // Listener wakes a processor (it is a processor.WorkSignal) on every
 // notification of a queue's NOTIFY channel, which the insert trigger
-// (migration 00009) signals at most about once per 10 ms per table. It
+// (migration 00009) signals at most about once per 10 ms per table, as do
+// the calls that make rows due at once: Release, ReleaseAfter without a
+// delay, Requeue, RequeueAll, ReleaseOrphans and ExpirePrevious. It
 // LISTENs over a dedicated connection that must reach PostgreSQL directly:
 // after each LISTEN it sends itself a probe from a second connection and
 // stops with a *ListenerUndeliveredError when the probe does not come back

@@ -85,8 +85,9 @@ LEFT JOIN signalled ON true;
 -- expiry are cleared, its attempt is returned and the attempt's entry
 -- (released) appended to attempts. An expired lease is left to be reclaimed,
 -- its attempt counted: the owner may have held it and lost it, its handler
--- run, and forgotten it since. Rows locked by others are skipped. Returns the
--- released message_ids in message_id order.
+-- run, and forgotten it since. Rows locked by others are skipped. Notifies
+-- the work signal when it released a row. Returns the released message_ids
+-- in message_id order.
 -- name: InboxReleaseOrphans :many
 WITH orphans AS (
     SELECT message_id
@@ -119,8 +120,18 @@ WITH orphans AS (
     FROM orphans
     WHERE m.message_id = orphans.message_id
     RETURNING m.message_id
+), due_now AS (
+    SELECT 1 FROM released
+), signalled AS (
+    SELECT pg_notify('inbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('inbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('inbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
-SELECT message_id FROM released ORDER BY message_id;
+SELECT message_id FROM released LEFT JOIN signalled ON true ORDER BY message_id;
 
 -- InboxExpirePrevious ends now every unexpired lease of a processing
 -- inbox row whose lease_owner leasing.NewOwner made from owner_label
@@ -131,7 +142,8 @@ SELECT message_id FROM released ORDER BY message_id;
 -- (the handler may have run before the crash) and appends the expired
 -- entry, as after any expiry. Fenced writes of the old lease still match
 -- owner and generation until that claim. Rows locked by others are
--- skipped. Returns the expired message_ids in message_id order.
+-- skipped. Notifies the work signal when it expired a lease. Returns the
+-- expired message_ids in message_id order.
 -- name: InboxExpirePrevious :many
 WITH previous AS (
     SELECT message_id
@@ -149,8 +161,18 @@ WITH previous AS (
     FROM previous
     WHERE m.message_id = previous.message_id
     RETURNING m.message_id
+), due_now AS (
+    SELECT 1 FROM expired
+), signalled AS (
+    SELECT pg_notify('inbox_messages', '') AS sent
+    WHERE EXISTS (SELECT 1 FROM due_now)
+      AND (CASE WHEN has_sequence_privilege('inbox_messages_work_signal'::regclass::oid, 'SELECT')
+                THEN coalesce(pg_sequence_last_value('inbox_messages_work_signal'), 0)
+                     - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+                     NOT BETWEEN 40001 AND 1000000
+                ELSE true END)
 )
-SELECT message_id FROM expired ORDER BY message_id;
+SELECT message_id FROM expired LEFT JOIN signalled ON true ORDER BY message_id;
 
 -- InboxRenew extends lease_expires_at to now + lease_for for each
 -- (message_id, lease_generation) still leased to lease_owner whose lease has

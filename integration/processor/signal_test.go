@@ -340,10 +340,12 @@ func TestIdleProcessorIsQuiet(t *testing.T) {
 	}
 }
 
-// TestWorkSignalOnReleaseAndRequeue: a Release and a Requeue make rows due
-// at once and notify the work signal, one notification per statement (the
-// budget is read, not spent, and nothing else notifies here); a
-// ReleaseAfter with a delay makes nothing due and notifies nothing.
+// TestWorkSignalOnReleaseAndRequeue: a Release, a Requeue, a
+// ReleaseOrphans and an ExpirePrevious make rows due at once and notify
+// the work signal, one notification per statement (the budget is read,
+// not spent, and nothing else notifies here); a ReleaseAfter with a delay,
+// and a ReleaseOrphans that found none, make nothing due and notify
+// nothing.
 func TestWorkSignalOnReleaseAndRequeue(t *testing.T) {
 	t.Parallel()
 	for _, q := range e2eQueues {
@@ -383,6 +385,25 @@ func TestWorkSignalOnReleaseAndRequeue(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, all.Requeued, 1)
 			require.Equal(t, 1, counter.count(t), "the requeue of all")
+
+			orphan := b.rawClaim(t, "orphans", 3)
+			require.Len(t, orphan, 1, "the requeued row")
+			released, err := b.store.ReleaseOrphans(ctx, "orphans", nil)
+			require.NoError(t, err)
+			require.Equal(t, leaseIDs(orphan), released)
+			require.Equal(t, 1, counter.count(t), "the release of orphans")
+			released, err = b.store.ReleaseOrphans(ctx, "orphans", nil)
+			require.NoError(t, err)
+			require.Empty(t, released)
+			require.Zero(t, counter.count(t), "a release of no orphan")
+
+			label := "instance"
+			crashed := leasing.NewOwner(label)
+			require.Len(t, b.rawClaim(t, crashed, 3), 1)
+			expired, err := b.store.ExpirePrevious(ctx, label, leasing.NewOwner(label))
+			require.NoError(t, err)
+			require.Len(t, expired, 1)
+			require.Equal(t, 1, counter.count(t), "the expiry of a previous incarnation's leases")
 		})
 	}
 }
