@@ -26,7 +26,8 @@ const (
 // lease.Message without it, of leases whose outcome no one writes yet (the
 // loop's releaseOpen, of waiting leases, and the batch span's message ids,
 // as the call starts), which renews do not change. ctx and cancel are set
-// once, by track.
+// once, by track. The heldLeases of one claim share one allocation, as
+// their leases do.
 type heldLease struct {
 	// lease is its element of the lease list of the claim that took it,
 	// which the claim's other leases share: not copied, it costs no
@@ -81,6 +82,7 @@ func newBook(leaseFor time.Duration, ev *events) *book {
 func (b *book) track(base context.Context, leases []leasing.Lease, sent time.Time) []*heldLease {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	hs := make([]heldLease, len(leases)) // one allocation per claim, as for leases
 	out := make([]*heldLease, len(leases))
 	for i := range leases {
 		l := &leases[i]
@@ -88,7 +90,8 @@ func (b *book) track(base context.Context, leases []leasing.Lease, sent time.Tim
 			b.markLost(old)
 		}
 		ctx, cancel := context.WithCancelCause(base)
-		h := &heldLease{lease: l, deadline: sent.Add(b.leaseFor), ctx: ctx, cancel: cancel}
+		h := &hs[i]
+		*h = heldLease{lease: l, deadline: sent.Add(b.leaseFor), ctx: ctx, cancel: cancel}
 		b.held[l.Message.ID] = h
 		out[i] = h
 	}
