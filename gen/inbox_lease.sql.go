@@ -165,8 +165,9 @@ type InboxReleaseRow struct {
 // lease_expires_at are cleared and the attempt it counted is returned
 // (attempt_count - 1). lease_generation stays, so the released lease is
 // fenced. The attempt's entry is appended to attempts. Outcomes as for
-// InboxComplete; already_applied when this lease had already released it, as
-// its entry in attempts says whatever happened after (see InboxDeadLetter).
+// InboxComplete, but one per input row, applied included; already_applied
+// when this lease had already released it, as its entry in attempts says
+// whatever happened after (see InboxDeadLetter).
 // retry_delays, last_errors and attempt_errors are either empty (Release: due
 // at once, last_error kept; the select list's unnests pad a shorter array
 // with NULLs) or one per message (ReleaseAfter: due at now + retry_delay,

@@ -60,6 +60,7 @@ SELECT i.message_id::uuid AS message_id,
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed
 `
 
 type OutboxDeadLetterParams struct {
@@ -160,6 +161,7 @@ SELECT i.message_id::uuid AS message_id,
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed
 `
 
 type OutboxFailParams struct {
@@ -268,6 +270,7 @@ SELECT i.message_id::uuid AS message_id,
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
 LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed
 `
 
 type OutboxPublishParams struct {
@@ -285,12 +288,14 @@ type OutboxPublishRow struct {
 
 // OutboxPublish writes published (published_at = now) for each
 // (message_id, lease_generation) still leased to lease_owner, and returns
-// one outcome per input row: applied; already_applied when this lease had
-// already published it; terminal when it is published or dead-lettered under
-// another lease; lost when the lease moved on; not_found. Each row's keyed
-// says whether the message has an ordering key (false when not_found): the
-// row's, which a lease of a purged row with the same id may not match, so
-// that the caller frees the keys the write finished (KeyLock). It leaves
+// the outcome of each input row it did not apply: already_applied when
+// this lease had already published it; terminal when it is published or
+// dead-lettered under another lease; lost when the lease moved on;
+// not_found. Applied rows, usually all of them, are left out, but for the
+// keyed ones (outcome applied). Each row's keyed says whether the message
+// has an ordering key (false when not_found): the row's, which a lease of
+// a purged row with the same id may not match, so that the caller frees
+// the keys the write finished (KeyLock). It leaves
 // attempts as it is: a published row is final (no statement changes it but
 // a purge), so its lease columns (lease_owner, lease_generation,
 // attempt_count, last_attempted_at, published_at) are the last attempt's

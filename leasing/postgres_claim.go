@@ -39,7 +39,8 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err != nil {
 		return WriteResult{}, nil, err
 	}
-	complete := s.complete(s.fence(owner, done))
+	f := s.fence(owner, done)
+	complete := s.complete(f)
 	claim := s.claim(r)
 	// The keys the completes free are promoted before the claim, which
 	// then sees the promoted messages.
@@ -47,7 +48,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err = s.send(ctx, hotPath, steps...); err != nil {
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
-	res := WriteResult{Outcomes: outcomes(complete.result())}
+	res := WriteResult{Outcomes: outcomes(f.ids, complete.result())}
 	if err := s.freeUnnamedKeys(ctx, complete.result(), done); err != nil {
 		return res, nil, err
 	}

@@ -103,11 +103,25 @@ func rowOf(q Queue, r *gen.InboxGetRow) (Row, error) {
 	return row, nil
 }
 
-// outcomes converts the rows of a fenced write.
-func outcomes(rows []*gen.InboxCompleteRow) []MessageOutcome {
-	out := make([]MessageOutcome, len(rows))
-	for i, r := range rows {
-		out[i] = MessageOutcome{MessageID: r.MessageID, Outcome: Outcome(r.Outcome)}
+// outcomes returns the outcome of each of ids, in their order, from the
+// rows of the fenced write of ids: a row for each message the write did
+// not apply (Release: for each message), every other message applied.
+func outcomes(ids []uuid.UUID, rows []*gen.InboxCompleteRow) []MessageOutcome {
+	out := make([]MessageOutcome, len(ids))
+	for i, id := range ids {
+		out[i] = MessageOutcome{MessageID: id, Outcome: OutcomeApplied}
+	}
+	if len(rows) == 0 {
+		return out
+	}
+	at := make(map[uuid.UUID]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	for _, r := range rows {
+		if i, ok := at[r.MessageID]; ok {
+			out[i].Outcome = Outcome(r.Outcome)
+		}
 	}
 	return out
 }

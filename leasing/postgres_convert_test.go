@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasestore/leasestore/gen"
 )
 
 func TestIDTexts(t *testing.T) {
@@ -19,6 +21,18 @@ func TestIDTexts(t *testing.T) {
 	}
 	require.Equal(t, want, idTexts(ids))
 	require.Equal(t, []string{}, idTexts(nil), "never nil: an empty array, not NULL")
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	ids := []uuid.UUID{a, b, c}
+	require.Equal(t, []MessageOutcome{{a, OutcomeApplied}, {b, OutcomeApplied}, {c, OutcomeApplied}},
+		outcomes(ids, []*gen.InboxCompleteRow{}), "no row: every message applied")
+	require.Equal(t, []MessageOutcome{{a, OutcomeApplied}, {b, OutcomeNotFound}, {c, OutcomeLost}},
+		outcomes(ids, []*gen.InboxCompleteRow{{MessageID: c, Outcome: "lost"}, {MessageID: b, Outcome: "not_found"}}),
+		"rows in any order, outcomes in the ids' order")
+	require.Equal(t, []MessageOutcome{}, outcomes(nil, nil))
 }
 
 func TestMapErrLockTimeout(t *testing.T) {

@@ -70,18 +70,28 @@ func (s *Postgres) keySteps(ids []uuid.UUID) []step {
 const parkedKeysTimeout = 10 * time.Second
 
 // unnamedKeys returns the ids of the keyed messages that a write of
-// leases finished (rows, its outcomes in the leases' order: applied or
-// already applied) although their leases name no ordering key, so that
-// the write's key steps (keySteps of keyedIDs(leases)) left their keys
-// alone. A lease passes the fence of a row other than its own when its
-// row was purged and the id enqueued again, keyed: the new row's lease
+// leases finished (rows, its outcome rows, which hold every keyed message:
+// applied or already applied) although their leases name no ordering key,
+// so that the write's key steps (keySteps of keyedIDs(leases)) left their
+// keys alone. A lease passes the fence of a row other than its own when
+// its row was purged and the id enqueued again, keyed: the new row's lease
 // generations start anew, and the same owner name may claim it.
 func unnamedKeys(rows []*gen.InboxCompleteRow, leases []Lease) []uuid.UUID {
-	var ids []uuid.UUID
-	for i, r := range rows {
-		finished := r.Outcome == string(OutcomeApplied) || r.Outcome == string(OutcomeAlreadyApplied)
-		named := i < len(leases) && leases[i].Message.ID == r.MessageID && leases[i].Message.OrderingKey != ""
-		if r.Keyed && finished && !named {
+	var (
+		ids   []uuid.UUID
+		named map[uuid.UUID]bool
+	)
+	for _, r := range rows {
+		if !r.Keyed || (r.Outcome != string(OutcomeApplied) && r.Outcome != string(OutcomeAlreadyApplied)) {
+			continue
+		}
+		if named == nil {
+			named = make(map[uuid.UUID]bool, len(leases))
+			for _, l := range leases {
+				named[l.Message.ID] = l.Message.OrderingKey != ""
+			}
+		}
+		if !named[r.MessageID] {
 			ids = append(ids, r.MessageID)
 		}
 	}

@@ -45,7 +45,7 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 		return WriteResult{}, err
 	}
 	f := s.fence(owner, leases)
-	return s.write(ctx, "release", bind(s.q.release, gen.InboxReleaseParams{
+	return s.write(ctx, "release", f.ids, bind(s.q.release, gen.InboxReleaseParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: []time.Duration{},
 		LastErrors: []string{}, AttemptErrors: []string{}, Now: f.now, LeaseOwner: f.owner,
 	}), nil)
@@ -58,7 +58,7 @@ func (s *Postgres) ReleaseAfter(ctx context.Context, failures ...Failure) (Write
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "release after", bind(s.q.release, gen.InboxReleaseParams{
+	return s.write(ctx, "release after", f.ids, bind(s.q.release, gen.InboxReleaseParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
 		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	}), nil)
@@ -82,7 +82,8 @@ func (s *Postgres) Complete(ctx context.Context, leases ...Lease) (WriteResult, 
 	if err != nil {
 		return WriteResult{}, err
 	}
-	return s.write(ctx, "complete", s.complete(s.fence(owner, leases)), leases)
+	f := s.fence(owner, leases)
+	return s.write(ctx, "complete", f.ids, s.complete(f), leases)
 }
 
 // CompleteTx is Complete inside the caller's transaction tx: the
@@ -119,7 +120,8 @@ func (s *Postgres) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...Lease) (
 	if err := s.schemaReady(ctx); err != nil {
 		return WriteResult{}, err
 	}
-	w := s.complete(s.fence(owner, leases))
+	f := s.fence(owner, leases)
+	w := s.complete(f)
 	err = runIn(ctx, tx, w)
 	if err == nil {
 		keyed := append(keyedIDs(leases), unnamedKeys(w.result(), leases)...)
@@ -128,7 +130,7 @@ func (s *Postgres) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...Lease) (
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: complete %s in the caller's transaction: %w", s.queue, err)
 	}
-	return WriteResult{Outcomes: outcomes(w.result())}, nil
+	return WriteResult{Outcomes: outcomes(f.ids, w.result())}, nil
 }
 
 // complete returns the Complete (Publish) statement for f.
@@ -145,7 +147,7 @@ func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, 
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "fail", bind(s.q.fail, gen.InboxFailParams{
+	return s.write(ctx, "fail", f.ids, bind(s.q.fail, gen.InboxFailParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
 		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	}), nil)
@@ -158,21 +160,21 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "dead-letter", bind(s.q.deadLetter, gen.InboxDeadLetterParams{
+	return s.write(ctx, "dead-letter", f.ids, bind(s.q.deadLetter, gen.InboxDeadLetterParams{
 		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors,
 		AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
 	}), leasesOf(failures))
 }
 
-// write sends one fenced write and wraps its error with op. finishing
+// write sends one fenced write of ids and wraps its error with op. finishing
 // holds the write's leases when it may finish their messages (Complete,
 // DeadLetter): the key steps of those that name an ordering key go with
 // it, and the keys of those that named none follow (freeUnnamedKeys).
-func (s *Postgres) write(ctx context.Context, op string, w result[[]*gen.InboxCompleteRow], finishing []Lease) (WriteResult, error) {
+func (s *Postgres) write(ctx context.Context, op string, ids []uuid.UUID, w result[[]*gen.InboxCompleteRow], finishing []Lease) (WriteResult, error) {
 	if err := s.send(ctx, hotPath, append([]step{w}, s.keySteps(keyedIDs(finishing))...)...); err != nil {
 		return WriteResult{}, fmt.Errorf("leasing: %s %s: %w", op, s.queue, err)
 	}
-	res := WriteResult{Outcomes: outcomes(w.result())}
+	res := WriteResult{Outcomes: outcomes(ids, w.result())}
 	if finishing == nil {
 		return res, nil
 	}

@@ -4,12 +4,14 @@
 
 -- OutboxPublish writes published (published_at = now) for each
 -- (message_id, lease_generation) still leased to lease_owner, and returns
--- one outcome per input row: applied; already_applied when this lease had
--- already published it; terminal when it is published or dead-lettered under
--- another lease; lost when the lease moved on; not_found. Each row's keyed
--- says whether the message has an ordering key (false when not_found): the
--- row's, which a lease of a purged row with the same id may not match, so
--- that the caller frees the keys the write finished (KeyLock). It leaves
+-- the outcome of each input row it did not apply: already_applied when
+-- this lease had already published it; terminal when it is published or
+-- dead-lettered under another lease; lost when the lease moved on;
+-- not_found. Applied rows, usually all of them, are left out, but for the
+-- keyed ones (outcome applied). Each row's keyed says whether the message
+-- has an ordering key (false when not_found): the row's, which a lease of
+-- a purged row with the same id may not match, so that the caller frees
+-- the keys the write finished (KeyLock). It leaves
 -- attempts as it is: a published row is final (no statement changes it but
 -- a purge), so its lease columns (lease_owner, lease_generation,
 -- attempt_count, last_attempted_at, published_at) are the last attempt's
@@ -70,7 +72,8 @@ SELECT i.message_id::uuid AS message_id,
        coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
-LEFT JOIN applied AS a ON a.message_id = i.message_id;
+LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed;
 
 -- OutboxDeadLetter writes dead_lettered (dead_lettered_at = now, last_error)
 -- for each (message_id, lease_generation, last_error) still leased to
@@ -126,7 +129,8 @@ SELECT i.message_id::uuid AS message_id,
        coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
-LEFT JOIN applied AS a ON a.message_id = i.message_id;
+LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed;
 
 -- OutboxFail writes failed for each (message_id, lease_generation, retry_delay,
 -- last_error) still leased to lease_owner: the row is due again at
@@ -182,4 +186,5 @@ SELECT i.message_id::uuid AS message_id,
        coalesce(l.keyed, false)::boolean AS keyed
 FROM input AS i
 LEFT JOIN locked AS l ON l.message_id = i.message_id
-LEFT JOIN applied AS a ON a.message_id = i.message_id;
+LEFT JOIN applied AS a ON a.message_id = i.message_id
+WHERE a.message_id IS NULL OR l.keyed;
