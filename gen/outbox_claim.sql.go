@@ -178,7 +178,7 @@ present(topic) AS (
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic, ordering_key,
-       created_at, visible_after, lease_owner::text AS lease_owner,
+       created_at, visible_after,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
@@ -186,7 +186,7 @@ FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($3::timestamptz, statement_timestamp()),
-       coalesce($3::timestamptz, statement_timestamp()), '',
+       coalesce($3::timestamptz, statement_timestamp()),
        coalesce($3::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
        coalesce($3::timestamptz, statement_timestamp())
@@ -214,7 +214,6 @@ type OutboxClaimRow struct {
 	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
-	LeaseOwner      string
 	LeaseExpiresAt  time.Time
 	LeaseGeneration int64
 	AttemptCount    int32
@@ -229,7 +228,8 @@ type OutboxClaimRow struct {
 // with lease_expires_at = now + lease_for, lease_generation + 1 and
 // attempt_count + 1. OutboxClaimTenant claims one tenant's rows.
 // Rows locked by concurrent claims are skipped. Returns the claimed rows in
-// FIFO order, (created_at, message_id), each with due_at: when it became
+// FIFO order, (created_at, message_id), without lease_owner (the caller's
+// own), each with due_at: when it became
 // due, greatest(created_at, visible_after) for a pending or failed row and
 // the expired lease's end for a reclaimed one. A picked row that cannot be claimed
 // (a counter at its type's limit, a non-finite time, headers that are not a
@@ -271,7 +271,6 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
-			&i.LeaseOwner,
 			&i.LeaseExpiresAt,
 			&i.LeaseGeneration,
 			&i.AttemptCount,
@@ -408,7 +407,7 @@ ready AS (
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        NULL::text AS idempotency_key, topic, ordering_key,
-       created_at, visible_after, lease_owner::text AS lease_owner,
+       created_at, visible_after,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
@@ -416,7 +415,7 @@ FROM claimed
 UNION ALL
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce($3::timestamptz, statement_timestamp()),
-       coalesce($3::timestamptz, statement_timestamp()), '',
+       coalesce($3::timestamptz, statement_timestamp()),
        coalesce($3::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
        coalesce($3::timestamptz, statement_timestamp())
@@ -445,7 +444,6 @@ type OutboxClaimTenantRow struct {
 	OrderingKey     *string
 	CreatedAt       time.Time
 	VisibleAfter    time.Time
-	LeaseOwner      string
 	LeaseExpiresAt  time.Time
 	LeaseGeneration int64
 	AttemptCount    int32
@@ -487,7 +485,6 @@ func (q *Queries) OutboxClaimTenant(ctx context.Context, db DBTX, arg OutboxClai
 			&i.OrderingKey,
 			&i.CreatedAt,
 			&i.VisibleAfter,
-			&i.LeaseOwner,
 			&i.LeaseExpiresAt,
 			&i.LeaseGeneration,
 			&i.AttemptCount,

@@ -17,7 +17,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 	if err := s.send(ctx, hotPath, claim); err != nil {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
-	leases, parked := claimed(s.queue, claim.result())
+	leases, parked := claimed(s.queue, r.Owner, claim.result())
 	return leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
 }
 
@@ -52,7 +52,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	if err := s.freeUnnamedKeys(ctx, complete.result(), done); err != nil {
 		return res, nil, err
 	}
-	leases, parked := claimed(s.queue, claim.result())
+	leases, parked := claimed(s.queue, r.Owner, claim.result())
 	return res, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
 }
 

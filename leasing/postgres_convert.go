@@ -44,10 +44,11 @@ func mapErr(err error) error {
 	return err
 }
 
-// claimed converts a claim's rows: a row with a parked reason was parked
-// by the claim (its other columns are placeholders), every other row is a
-// lease. Both keep the rows' order; leases is never nil.
-func claimed(q Queue, rows []*gen.InboxClaimRow) (leases []Lease, parked []ParkedRow) {
+// claimed converts the rows of a claim for owner: a row with a parked
+// reason was parked by the claim (its other columns are placeholders),
+// every other row is a lease. Both keep the rows' order; leases is never
+// nil.
+func claimed(q Queue, owner string, rows []*gen.InboxClaimRow) (leases []Lease, parked []ParkedRow) {
 	leases = make([]Lease, 0, len(rows))
 	for _, r := range rows {
 		if r.ParkedReason != nil {
@@ -56,7 +57,7 @@ func claimed(q Queue, rows []*gen.InboxClaimRow) (leases []Lease, parked []Parke
 		}
 		leases = append(leases, Lease{
 			Queue:      q,
-			Owner:      r.LeaseOwner,
+			Owner:      owner,
 			Generation: r.LeaseGeneration,
 			ExpiresAt:  r.LeaseExpiresAt.UTC(),
 			Attempt:    int(r.AttemptCount),

@@ -8,7 +8,8 @@
 -- with lease_expires_at = now + lease_for, lease_generation + 1 and
 -- attempt_count + 1. InboxClaimTenant claims one tenant's rows.
 -- Rows locked by concurrent claims are skipped. Returns the claimed rows in
--- FIFO order, (created_at, message_id), each with due_at: when it became
+-- FIFO order, (created_at, message_id), without lease_owner (the caller's
+-- own), each with due_at: when it became
 -- due, greatest(created_at, visible_after) for a pending or failed row and
 -- the expired lease's end for a reclaimed one. A picked row that cannot be claimed
 -- (a counter at its type's limit, a non-finite time, headers that are not a
@@ -186,7 +187,7 @@ present(topic) AS (
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic, ordering_key,
-       created_at, visible_after, lease_owner::text AS lease_owner,
+       created_at, visible_after,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
@@ -197,7 +198,7 @@ UNION ALL
 -- parked rows come out in message_id order).
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
@@ -325,7 +326,7 @@ ready AS (
 )
 SELECT message_id, message_type, payload, headers, tenant_id,
        idempotency_key, ''::text AS topic, ordering_key,
-       created_at, visible_after, lease_owner::text AS lease_owner,
+       created_at, visible_after,
        lease_expires_at::timestamptz AS lease_expires_at,
        lease_generation, attempt_count, last_error, NULL::text AS parked_reason,
        due_at::timestamptz AS due_at
@@ -336,7 +337,7 @@ UNION ALL
 -- parked rows come out in message_id order).
 SELECT message_id, '', ''::bytea, '{}'::jsonb, NULL, NULL, '', NULL,
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
-       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()), '',
+       coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp()),
        0, 0, NULL, last_error,
        coalesce(sqlc.narg('now')::timestamptz, statement_timestamp())
