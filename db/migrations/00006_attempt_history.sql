@@ -1,10 +1,13 @@
 -- +goose Up
 -- The attempt history: the last leasing.AttemptHistoryLimit (20) finished
 -- attempts of each row, oldest first, as a jsonb array in the row itself.
--- Every outcome write (complete or publish, fail, release, dead-letter,
--- orphan release) appends its attempt's entry in the UPDATE it already
--- makes, and a claim that reclaims an expired lease appends that attempt's
--- entry (outcome expired); claims of pending and failed rows leave it alone.
+-- Every outcome write (fail, release, dead-letter, orphan release) appends
+-- its attempt's entry in the UPDATE it already makes, and a claim that
+-- reclaims an expired lease appends that attempt's entry (outcome expired);
+-- claims of pending and failed rows leave it alone. Complete (publish)
+-- appended its entry too until 2026-12-04; since then a finished row's
+-- lease columns are its last entry, which readers add
+-- (docs/notes/2026-12-04-completion-entry.md).
 -- A retried write decides already_applied from it: "did this lease (owner and
 -- generation) write this outcome", which a later lease's writes cannot
 -- overwrite, unlike outcome and outcome_generation, which hold the latest
