@@ -2,6 +2,7 @@ package leasing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/leasestore/leasestore/gen"
@@ -24,9 +25,14 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 // CompleteAndClaim sends the Complete statement (with the key steps of the
 // keyed leases among done) and the Claim statement in one batch, one round
 // trip and one transaction (one WAL flush). With no done leases
-// it is Claim.
+// it is Claim. The claim sees the messages promoted by the keys the
+// completions freed, but for the keys of leases that named none (see
+// Lease), which are freed after the call's transaction: Memory's claim
+// sees those too.
 //
-// Errors: as Complete's and Claim's.
+// Errors: as Complete's and Claim's. An error after the call committed
+// (freeing keys, as Complete's, or a *ParkedError) comes with the
+// outcomes and the leases, which are valid.
 func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRequest) (WriteResult, []Lease, error) {
 	if len(done) == 0 {
 		leases, err := s.Claim(ctx, r)
@@ -49,11 +55,9 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 		return WriteResult{}, nil, fmt.Errorf("leasing: complete and claim %s: %w", s.queue, err)
 	}
 	res := WriteResult{Outcomes: outcomes(f.ids, complete.result())}
-	if err := s.freeUnnamedKeys(ctx, complete.result(), done); err != nil {
-		return res, nil, err
-	}
+	unnamed := s.freeUnnamedKeys(ctx, complete.result(), done)
 	leases, parked := claimed(s.queue, r.Owner, claim.result())
-	return res, leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
+	return res, leases, errors.Join(unnamed, parkedError(s.queue, parked, s.releaseParked(ctx, parked)))
 }
 
 // claim returns the claim statement for r: the tenant's claim when r

@@ -102,7 +102,10 @@ func unnamedKeys(rows []*gen.InboxCompleteRow, leases []Lease) []uuid.UUID {
 // that committed, rows its outcomes, in a transaction after the write's:
 // so it runs even when ctx has ended, for at most parkedKeysTimeout.
 // Should it fail, the error says so, and sending the write again (its
-// outcomes then already applied) frees them.
+// outcomes then already applied) frees them. The error holds the cause's
+// text but does not wrap it: the write committed, so it must not match
+// ErrLockTimeout or ErrUnavailable, which say that nothing changed or may
+// be sent again as the first try.
 func (s *Postgres) freeUnnamedKeys(ctx context.Context, rows []*gen.InboxCompleteRow, leases []Lease) error {
 	ids := unnamedKeys(rows, leases)
 	if len(ids) == 0 {
@@ -111,7 +114,8 @@ func (s *Postgres) freeUnnamedKeys(ctx context.Context, rows []*gen.InboxComplet
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkedKeysTimeout)
 	defer cancel()
 	if err := s.send(ctx, operator, s.keySteps(ids)...); err != nil {
-		return fmt.Errorf("leasing: the write committed; free the ordering keys of %d %s messages whose leases named none: %w", len(ids), s.queue, err)
+		return fmt.Errorf("leasing: the write on %s committed, but freeing the ordering keys of %d messages whose leases named none failed "+
+			"(send the write again to free them): %v", s.queue, len(ids), err)
 	}
 	return nil
 }

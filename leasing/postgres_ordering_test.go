@@ -283,6 +283,40 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 	}
 }
 
+// purgedIncarnation returns a lease of an unkeyed row of q that was
+// completed and purged, whose id store then enqueued again with ordering
+// key "k", followed by next, of the same key: the new row is claimed by
+// the lease's owner, "w", at the lease's generation, so that the lease
+// passes the new row's fence though it names no key (see Lease).
+func purgedIncarnation(t *testing.T, q leasing.Queue, store *leasing.Postgres, clock *leasingtest.Clock) (old leasing.Lease, next uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	claim := func() []leasing.Lease {
+		l, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, l, 1)
+		return l
+	}
+	m := plainMessage(q)
+	m.ID = uuid.New()
+	_, err := store.Enqueue(ctx, m)
+	require.NoError(t, err)
+	old = claim()[0]
+	w, err := store.Complete(ctx, old)
+	require.NoError(t, err)
+	require.NoError(t, w.Err())
+	clock.Advance(time.Hour)
+	_, err = store.Purge(ctx, leasing.PurgeRequest{OlderThan: time.Minute, BatchSize: 10})
+	require.NoError(t, err)
+
+	keyed, after := m, plainMessage(q)
+	keyed.OrderingKey, after.OrderingKey = "k", "k"
+	res, err := store.Enqueue(ctx, keyed, after)
+	require.NoError(t, err)
+	require.Equal(t, old.Generation, claim()[0].Generation)
+	return old, res.IDs[1]
+}
+
 // TestOrderingKeyCompleteTxOfAPurgedIncarnation: CompleteTx with a lease
 // of a purged row whose id was enqueued again, keyed, and claimed by an
 // owner of the same name, frees the new row's key in the caller's
@@ -296,38 +330,86 @@ func TestOrderingKeyCompleteTxOfAPurgedIncarnation(t *testing.T) {
 		pool := newPool(t, url, "ordering-completetx", 2)
 		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{Now: clock.Now})
 		require.NoError(t, err)
-		claim := func() []leasing.Lease {
-			l, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
-			require.NoError(t, err)
-			return l
-		}
-		m := plainMessage(q)
-		m.ID = uuid.New()
-		_, err = store.Enqueue(ctx, m)
-		require.NoError(t, err)
-		old := claim()
-		require.Len(t, old, 1)
-		w, err := store.Complete(ctx, old...)
-		require.NoError(t, err)
-		require.NoError(t, w.Err())
-		clock.Advance(time.Hour)
-		_, err = store.Purge(ctx, leasing.PurgeRequest{OlderThan: time.Minute, BatchSize: 10})
-		require.NoError(t, err)
-
-		keyed, next := m, plainMessage(q)
-		keyed.OrderingKey, next.OrderingKey = "k", "k"
-		res, err := store.Enqueue(ctx, keyed, next)
-		require.NoError(t, err)
-		require.Len(t, claim(), 1)
+		old, next := purgedIncarnation(t, q, store, clock)
 
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		w, err = store.CompleteTx(ctx, tx, old...)
+		w, err := store.CompleteTx(ctx, tx, old)
 		require.NoError(t, err)
 		require.NoError(t, w.Err())
-		require.Empty(t, claim(), "the key is freed when tx commits")
+		claim := leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute}
+		none, err := store.Claim(ctx, claim)
+		require.NoError(t, err)
+		require.Empty(t, none, "the key is freed when tx commits")
 		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, []uuid.UUID{res.IDs[1]}, ids(claim()), "the new row's key is free")
+		l, err := store.Claim(ctx, claim)
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{next}, ids(l), "the new row's key is free")
+	}
+}
+
+// TestOrderingKeyUnnamedKeyNotFreed: when freeing the key of a row that a
+// lease naming no key finished fails (an open enqueue of the key holds
+// its row past the lock timeout), the committed write says so with an
+// error that is not ErrLockTimeout, which means nothing changed;
+// CompleteAndClaim returns its leases beside it; and sending the write
+// again frees the key.
+func TestOrderingKeyUnnamedKeyNotFreed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.DatabaseURL(t)
+	for _, q := range queuesBoth {
+		clock := leasingtest.NewClock(leasingtest.Start)
+		pool := newPool(t, url, "ordering-unnamed", 4)
+		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{Now: clock.Now, LockTimeout: 100 * time.Millisecond})
+		require.NoError(t, err)
+		writes := []func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error){
+			func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
+				res, err := store.Complete(ctx, old)
+				return res, nil, err
+			},
+			func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
+				return store.CompleteAndClaim(ctx, []leasing.Lease{old}, leasing.ClaimRequest{Owner: "w2", BatchSize: 10, LeaseFor: time.Minute})
+			},
+		}
+		for i, write := range writes {
+			old, next := purgedIncarnation(t, q, store, clock)
+			free := plainMessage(q)
+			_, err := store.Enqueue(ctx, free)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }() // a failed assertion must not leave the key held
+			held := plainMessage(q)
+			held.OrderingKey = "k"
+			_, err = store.EnqueueTx(ctx, tx, held)
+			require.NoError(t, err)
+
+			res, leases, err := write(old)
+			require.ErrorContains(t, err, "committed", "write %d", i)
+			require.NotErrorIs(t, err, leasing.ErrLockTimeout, "write %d: it changed the row", i)
+			require.Equal(t, []leasing.Outcome{leasing.OutcomeApplied}, []leasing.Outcome{res.Outcomes[0].Outcome})
+			row, err := store.Get(ctx, old.Message.ID)
+			require.NoError(t, err)
+			require.Equal(t, q.Succeeded(), row.Status)
+			if i == 1 {
+				require.Len(t, leases, 1, "the claim's leases come with the error")
+				w, err := store.Complete(ctx, leases...)
+				require.NoError(t, err)
+				require.NoError(t, w.Err())
+			}
+			require.NoError(t, tx.Rollback(ctx))
+
+			again, err := store.Complete(ctx, old)
+			require.NoError(t, err)
+			require.Equal(t, leasing.OutcomeAlreadyApplied, again.Outcomes[0].Outcome)
+			l, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+			require.NoError(t, err)
+			require.Contains(t, ids(l), next, "write %d: sent again, it freed the key", i)
+			w, err := store.Complete(ctx, l...)
+			require.NoError(t, err)
+			require.NoError(t, w.Err())
+		}
 	}
 }
 
