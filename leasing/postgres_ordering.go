@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -77,6 +78,9 @@ const parkedKeysTimeout = 10 * time.Second
 // its row was purged and the id enqueued again, keyed: the new row's lease
 // generations start anew, and the same owner name may claim it.
 func unnamedKeys(rows []*gen.InboxCompleteRow, leases []Lease) []uuid.UUID {
+	if !slices.ContainsFunc(leases, func(l Lease) bool { return l.Message.OrderingKey == "" }) {
+		return nil // every lease names a key: the usual keyed batch
+	}
 	var (
 		ids   []uuid.UUID
 		named map[uuid.UUID]bool
