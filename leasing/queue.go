@@ -119,13 +119,13 @@ type Message struct {
 //
 // A message id enqueued again after its row was purged starts its
 // generations anew, so a lease of the purged row passes the new row's
-// fence once an owner of the same name claims the new row: owners from
-// NewOwner never repeat. Such a write applies to the new row and frees
-// the new row's ordering key, whatever key the lease names; Postgres does
-// that in a transaction after the write's (CompleteTx: in the caller's),
-// and should it fail, the write returns an error saying that it committed,
-// which matches none of the store's error values (sending the write again
-// frees the key).
+// fence once an owner of the same name claims the new row (owners from
+// NewOwner end in 48 random bits, so they do not repeat in practice).
+// Such a write applies to the new row and frees the new row's ordering
+// key, whatever key the lease names; Postgres does that in a transaction
+// after the write's (CompleteTx: in the caller's), and should it fail, the
+// write returns an error saying that it committed, which matches none of
+// the store's error values (sending the write again frees the key).
 type Lease struct {
 	Queue Queue
 	Owner string
