@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
@@ -283,14 +284,21 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 	}
 }
 
-// purgedIncarnation returns a lease of an unkeyed row of q that was
-// completed and purged, whose id store then enqueued again with ordering
-// key "k", followed by next, of the same key: the new row is claimed by
-// the lease's owner, "w", at the lease's generation, so that the lease
-// passes the new row's fence though it names no key (see Lease).
-func purgedIncarnation(t *testing.T, q leasing.Queue, store *leasing.Postgres, clock *leasingtest.Clock) (old leasing.Lease, next uuid.UUID) {
+// purgedIncarnation opens a store of q on the database of url, with opts
+// and a clock of its own, and returns it, its pool and a lease of an
+// unkeyed row of q that was completed and purged, whose id was then
+// enqueued again with ordering key "k", followed by next, of the same
+// key: the new row is claimed by the lease's owner, "w", at the lease's
+// generation, so that the lease passes the new row's fence though it
+// names no key (see Lease).
+func purgedIncarnation(t *testing.T, url string, q leasing.Queue, opts leasing.PostgresOptions) (pool *pgxpool.Pool, store *leasing.Postgres, old leasing.Lease, next uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
+	clock := leasingtest.NewClock(leasingtest.Start)
+	opts.Now = clock.Now
+	pool = newPool(t, url, "ordering-purged", 4)
+	store, err := leasing.NewPostgres(pool, q, opts)
+	require.NoError(t, err)
 	claim := func() []leasing.Lease {
 		l, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
 		require.NoError(t, err)
@@ -299,7 +307,7 @@ func purgedIncarnation(t *testing.T, q leasing.Queue, store *leasing.Postgres, c
 	}
 	m := plainMessage(q)
 	m.ID = uuid.New()
-	_, err := store.Enqueue(ctx, m)
+	_, err = store.Enqueue(ctx, m)
 	require.NoError(t, err)
 	old = claim()[0]
 	w, err := store.Complete(ctx, old)
@@ -314,7 +322,7 @@ func purgedIncarnation(t *testing.T, q leasing.Queue, store *leasing.Postgres, c
 	res, err := store.Enqueue(ctx, keyed, after)
 	require.NoError(t, err)
 	require.Equal(t, old.Generation, claim()[0].Generation)
-	return old, res.IDs[1]
+	return pool, store, old, res.IDs[1]
 }
 
 // TestOrderingKeyCompleteTxOfAPurgedIncarnation: CompleteTx with a lease
@@ -326,11 +334,7 @@ func TestOrderingKeyCompleteTxOfAPurgedIncarnation(t *testing.T) {
 	ctx := context.Background()
 	url := dbtest.DatabaseURL(t)
 	for _, q := range queuesBoth {
-		clock := leasingtest.NewClock(leasingtest.Start)
-		pool := newPool(t, url, "ordering-completetx", 2)
-		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{Now: clock.Now})
-		require.NoError(t, err)
-		old, next := purgedIncarnation(t, q, store, clock)
+		pool, store, old, next := purgedIncarnation(t, url, q, leasing.PostgresOptions{})
 
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
@@ -358,22 +362,18 @@ func TestOrderingKeyUnnamedKeyNotFreed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.DatabaseURL(t)
+	writes := []func(store *leasing.Postgres, old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error){
+		func(store *leasing.Postgres, old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
+			res, err := store.Complete(ctx, old)
+			return res, nil, err
+		},
+		func(store *leasing.Postgres, old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
+			return store.CompleteAndClaim(ctx, []leasing.Lease{old}, leasing.ClaimRequest{Owner: "w2", BatchSize: 10, LeaseFor: time.Minute})
+		},
+	}
 	for _, q := range queuesBoth {
-		clock := leasingtest.NewClock(leasingtest.Start)
-		pool := newPool(t, url, "ordering-unnamed", 4)
-		store, err := leasing.NewPostgres(pool, q, leasing.PostgresOptions{Now: clock.Now, LockTimeout: 100 * time.Millisecond})
-		require.NoError(t, err)
-		writes := []func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error){
-			func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
-				res, err := store.Complete(ctx, old)
-				return res, nil, err
-			},
-			func(old leasing.Lease) (leasing.WriteResult, []leasing.Lease, error) {
-				return store.CompleteAndClaim(ctx, []leasing.Lease{old}, leasing.ClaimRequest{Owner: "w2", BatchSize: 10, LeaseFor: time.Minute})
-			},
-		}
 		for i, write := range writes {
-			old, next := purgedIncarnation(t, q, store, clock)
+			pool, store, old, next := purgedIncarnation(t, url, q, leasing.PostgresOptions{LockTimeout: 100 * time.Millisecond})
 			free := plainMessage(q)
 			_, err := store.Enqueue(ctx, free)
 			require.NoError(t, err)
@@ -385,7 +385,7 @@ func TestOrderingKeyUnnamedKeyNotFreed(t *testing.T) {
 			_, err = store.EnqueueTx(ctx, tx, held)
 			require.NoError(t, err)
 
-			res, leases, err := write(old)
+			res, leases, err := write(store, old)
 			require.ErrorContains(t, err, "committed", "write %d", i)
 			require.NotErrorIs(t, err, leasing.ErrLockTimeout, "write %d: it changed the row", i)
 			require.Equal(t, []leasing.Outcome{leasing.OutcomeApplied}, []leasing.Outcome{res.Outcomes[0].Outcome})
