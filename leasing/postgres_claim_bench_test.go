@@ -194,10 +194,18 @@ func completeAndClaimLoop(ctx context.Context, b *testing.B, store *leasing.Post
 // checks that every message was completed and reports messages/s and the
 // test process's CPU time per message (client-µs/msg: the processors, the
 // pool and the Go runtime; on a machine whose cores the client shares with
-// the server, CPU the server does not get).
+// the server, CPU the server does not get). The merge variant sets
+// MergeCompletions.
 func BenchmarkProcessorDrain(b *testing.B) {
-	for _, concurrency := range []int{100, 1_000} {
-		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+	for _, shape := range []struct {
+		concurrency int
+		merge       bool
+	}{{100, false}, {1_000, false}, {100, true}} {
+		name := fmt.Sprintf("concurrency=%d", shape.concurrency)
+		if shape.merge {
+			name += ",merge"
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			pool := benchPool(b)
 			const n = 50_000
@@ -222,8 +230,8 @@ func BenchmarkProcessorDrain(b *testing.B) {
 					store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
 					require.NoError(b, err)
 					p, err := processor.New(store, handler, processor.Options{
-						BatchSize: 100, Concurrency: concurrency, PollInterval: 10 * time.Millisecond,
-						OnError: func(err error) { b.Error(err) },
+						BatchSize: 100, Concurrency: shape.concurrency, PollInterval: 10 * time.Millisecond,
+						MergeCompletions: shape.merge, OnError: func(err error) { b.Error(err) },
 					})
 					require.NoError(b, err)
 					wg.Go(func() { _ = p.Run(runCtx) })
