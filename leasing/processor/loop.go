@@ -323,16 +323,18 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) 
 	ctx, cancel := context.WithTimeout(r.base, p.opts.LeaseDuration)
 	defer cancel()
 	sent := time.Now()
-	var done []pendingWrite
-	if merge && r.w.merge {
-		done = r.w.takeHeld()
-	}
 	var (
-		leases []leasing.Lease
-		err    error
+		done       []pendingWrite  // completions sent with the claim
+		doneLeases []leasing.Lease // their leases
+		leases     []leasing.Lease // the claim's
+		err        error
 	)
+	if merge && r.w.merge {
+		done, doneLeases = r.w.takeHeld()
+	}
 	if len(done) > 0 {
-		leases, err = r.completeAndClaim(ctx, done, req)
+		leases, err = r.completeAndClaim(ctx, done, doneLeases, req)
+		r.w.giveBack(done, doneLeases)
 	} else {
 		leases, err = p.store.Claim(ctx, req)
 	}
@@ -357,14 +359,14 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) 
 	return true
 }
 
-// completeAndClaim sends the completions done with the claim req in one
-// call (CompleteClaimer) and records their write as the writer records
-// its own. When the call fails, done goes back to the writer, which writes
-// it again: a completion that did commit then reports already applied.
-// It returns the claim's leases and error.
-func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, req leasing.ClaimRequest) ([]leasing.Lease, error) {
+// completeAndClaim sends the completions done, of leases (in done's
+// order), with the claim req in one call (CompleteClaimer) and records
+// their write as the writer records its own. When the call fails, done
+// goes back to the writer, which writes it again: a completion that did
+// commit then reports already applied. It returns the claim's leases and
+// error.
+func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, leases []leasing.Lease, req leasing.ClaimRequest) ([]leasing.Lease, error) {
 	cc := r.p.store.(CompleteClaimer) // writer.merge checked it
-	leases := appendLeases(make([]leasing.Lease, 0, len(done)), done)
 	var (
 		claimed  []leasing.Lease
 		claimErr error

@@ -83,10 +83,16 @@ type writer struct {
 	queue     []pendingWrite // submitted, not yet taken, in submit order, but held ones
 	held      []pendingWrite // unkeyed completions held for the next claim
 	heldSince time.Time      // when the oldest of held was submitted
-	draining  bool           // the loop claims again soon: keep holding
-	closed    bool
-	ready     chan struct{} // capacity 1: queue or closed changed since the writer last looked
-	done      chan struct{} // closed when run returns
+	// spareHeld and spareLeases are a merged claim's slices, given back
+	// (giveBack) for the next one to reuse: held and the claim's lease
+	// list take turns with them, so that a loop draining a backlog
+	// allocates neither per claim. nil while a claim uses them.
+	spareHeld   []pendingWrite
+	spareLeases []leasing.Lease
+	draining    bool // the loop claims again soon: keep holding
+	closed      bool
+	ready       chan struct{} // capacity 1: queue or closed changed since the writer last looked
+	done        chan struct{} // closed when run returns
 }
 
 // outcomesWaitingPerSlot is how many outcomes per worker slot may wait for
@@ -155,20 +161,43 @@ func (w *writer) resubmit(pws []pendingWrite) {
 }
 
 // takeHeld returns up to leasing.MaxBatchSize held completions, for the
-// claim loop to send with its claim.
-func (w *writer) takeHeld() []pendingWrite {
+// claim loop to send with its claim, and their leases in the same order.
+// The loop gives both back (giveBack) once the call returned.
+func (w *writer) takeHeld() ([]pendingWrite, []leasing.Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := min(len(w.held), leasing.MaxBatchSize)
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
-	g := make([]pendingWrite, n)
-	copy(g, w.held)
-	w.held = append(w.held[:0], w.held[n:]...)
+	var g []pendingWrite
+	if n == len(w.held) {
+		g, w.held, w.spareHeld = w.held, w.spareHeld[:0], nil
+	} else {
+		g = append(w.spareHeld[:0], w.held[:n]...)
+		w.held, w.spareHeld = append(w.held[:0], w.held[n:]...), nil
+	}
+	leases := appendLeases(w.spareLeases[:0], g)
+	w.spareLeases = nil
 	w.takes++
 	w.taken.Broadcast()
-	return g
+	return g, leases
+}
+
+// giveBack takes back the slices takeHeld returned, once their call
+// returned, for the next merged claim to reuse; their elements are
+// cleared first, so that they keep no message alive.
+func (w *writer) giveBack(g []pendingWrite, leases []leasing.Lease) {
+	clear(g)
+	clear(leases)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.spareHeld == nil {
+		w.spareHeld = g[:0]
+	}
+	if w.spareLeases == nil {
+		w.spareLeases = leases[:0]
+	}
 }
 
 // setDraining records whether the claim loop will claim again soon; when
