@@ -30,6 +30,7 @@ var (
 	tableDigest        = dbtest.TableDigest
 	tableOf            = dbtest.TableOf
 	waitForLockWait    = dbtest.WaitForLockWait
+	waitForNoLockWait  = dbtest.WaitForNoLockWait
 )
 
 // plainMessage returns an empty message that q accepts: the outbox's

@@ -170,6 +170,12 @@ func TestBadInput(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatalf("%s %s: still running 10s after its context was cancelled", q, name)
 				}
+				// The driver cancels the statement after the call returned:
+				// until then its backend still waits, and the next call's
+				// wait could not be told from it. A cancel that reached the
+				// server before the next call's statement would be ignored,
+				// and that call would commit once the lock is released.
+				waitForNoLockWait(t, f.admin, app)
 			}
 		}
 		require.NoError(t, tx.Rollback(ctx))

@@ -135,6 +135,21 @@ func FailureLeases(fs []leasing.Failure) []leasing.Lease {
 // on a lock.
 func WaitForLockWait(t *testing.T, admin *pgx.Conn, app string) {
 	t.Helper()
+	waitLockWaiting(t, admin, app, true)
+}
+
+// WaitForNoLockWait waits until no backend with application_name app
+// waits on a lock: one whose call was cancelled has processed the cancel
+// request, which the driver sends after the call returned.
+func WaitForNoLockWait(t *testing.T, admin *pgx.Conn, app string) {
+	t.Helper()
+	waitLockWaiting(t, admin, app, false)
+}
+
+// waitLockWaiting waits until whether a backend of app waits on a lock is
+// want, for up to 10 seconds.
+func waitLockWaiting(t *testing.T, admin *pgx.Conn, app string, want bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var waiting bool
@@ -142,12 +157,15 @@ func WaitForLockWait(t *testing.T, admin *pgx.Conn, app string) {
 			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			               WHERE application_name = $1 AND wait_event_type = 'Lock')`, app).Scan(&waiting)
 		require.NoError(t, err)
-		if waiting {
+		if waiting == want {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("no backend of %s started waiting on a lock", app)
+	if want {
+		t.Fatalf("no backend of %s started waiting on a lock", app)
+	}
+	t.Fatalf("a backend of %s still waits on a lock", app)
 }
 
 // WaitStatus returns a function that polls until the row has status.
