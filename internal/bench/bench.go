@@ -42,6 +42,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (res Result, err error)
 		DeferredRows: cfg.DeferredRows, ExpiredLeases: cfg.ExpiredLeases,
 		Drained: cfg.Messages + cfg.ExpiredLeases, Workers: cfg.Workers, BatchSize: cfg.BatchSize,
 		ExplainBatch: cfg.ExplainBatch, TopicRows: cfg.TopicRows, RegisteredTypes: !cfg.PlainPgx, OrderingKeys: cfg.OrderingKeys,
+		MergedCompletions: cfg.MergeCompletions,
 	}
 	name, dbURL, drop, err := runDatabase(ctx, cfg)
 	if err != nil {

@@ -74,6 +74,10 @@ type Config struct {
 	// Concurrency and BatchSize both BatchSize and a no-op handler,
 	// compared with the round's pgbench drain. Defaults to false.
 	Processors bool
+	// MergeCompletions sets the processors' Options.MergeCompletions
+	// (with Processors): their completions ride with their next claims.
+	// Defaults to false, the processors' default.
+	MergeCompletions bool
 	// Rounds is the number of API + pgbench drain pairs, run alternately,
 	// each drain on a freshly filled table; the ratio reported is their
 	// median. With SkipRaw the rounds are API drains only. Defaults to 1.
@@ -166,6 +170,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("bench: topic rows must not be negative, got %d", cfg.TopicRows)
 	case cfg.TopicRows > 0 && !cfg.SkipDrain:
 		return errors.New("bench: topic rows need fill only (--fill-only)")
+	case cfg.MergeCompletions && !cfg.Processors:
+		return errors.New("bench: merged completions need processors (--processors)")
 	case cfg.Producers < 0 || cfg.Producers > 256:
 		return fmt.Errorf("bench: producers must be 0..256, got %d", cfg.Producers)
 	case slices.ContainsFunc(cfg.Rates, func(r int) bool { return r < 1 }):

@@ -82,6 +82,7 @@ func ParseFlags(args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) (
 	fs.Int64Var(&cfg.Vacuum.DeadRows, "vacuum-dead-rows", processor.DefaultVacuumDeadRows, "vacuum policy of both drains: VACUUM the table at this many dead rows, as processors do")
 	fs.BoolVar(&cfg.Vacuum.Disabled, "no-vacuum", false, "turn the vacuum policy off during the drains: autovacuum alone cleans up")
 	fs.BoolVar(&cfg.Processors, "processors", false, "also drain, each round, with --workers processors (processor.New) on one pool of --workers connections, each with Concurrency and BatchSize --batch, and compare them with pgbench")
+	fs.BoolVar(&cfg.MergeCompletions, "merge-completions", false, "with --processors: the processors send their completions with their next claims (processor.Options.MergeCompletions)")
 	fs.BoolVar(&cfg.TwoRoundTrips, "two-round-trips", false, "claim and complete with separate calls instead of one CompleteAndClaim per batch")
 	fs.BoolVar(&cfg.PlainPgx, "plain-pgx", false, "do not register leasing.RegisterTypes on the workers' connections")
 	fs.BoolVar(&cfg.SkipDrain, "fill-only", false, "fill and measure a clean claim, then stop")

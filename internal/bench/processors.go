@@ -62,7 +62,10 @@ func drainProcessors(ctx context.Context, cfg Config, dbURL string, pool *pgxpoo
 	costs := drainCostsSince(ctx, pool)
 	elapsed, err := RunProcessors(ctx, pp, cfg.Queue, ProcessorDrain{
 		Processors: cfg.Workers, Concurrency: cfg.BatchSize, BatchSize: cfg.BatchSize, Handled: &handled,
-		Options: processor.Options{LeaseDuration: cfg.LeaseFor, PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true}},
+		Options: processor.Options{
+			LeaseDuration: cfg.LeaseFor, PollInterval: processorPoll, Vacuum: processor.VacuumPolicy{Disabled: true},
+			MergeCompletions: cfg.MergeCompletions,
+		},
 	}, want)
 	var d Drain
 	costs(&d, want)

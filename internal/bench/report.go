@@ -105,6 +105,9 @@ func writeDrain(b *strings.Builder, res Result, d *Drain) {
 		}
 	} else if d.Method == "processor" {
 		fmt.Fprintf(b, "\n         %d processors, Concurrency %d each, no-op handler", res.Workers, res.BatchSize)
+		if res.MergedCompletions {
+			b.WriteString(", completions merged with claims")
+		}
 	} else {
 		fmt.Fprintf(b, "\n         claim + complete loop average %.3f ms", d.LoopAvgMs)
 	}

@@ -26,6 +26,8 @@ type Result struct {
 	// RegisteredTypes says whether the workers' connections ran
 	// leasing.RegisterTypes.
 	RegisteredTypes bool `json:"registered_types"`
+	// MergedCompletions is Config.MergeCompletions.
+	MergedCompletions bool `json:"merged_completions,omitempty"`
 	// FillSeconds is the time the fill, VACUUM and ANALYZE took.
 	FillSeconds float64 `json:"fill_seconds"`
 	// Clean is the plan cost of a claim of ExplainBatch rows right after

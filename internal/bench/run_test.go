@@ -19,7 +19,8 @@ import (
 // other rows untouched) and, on Linux, to report its client's CPU time,
 // and the server's when the server runs here.
 // With the baseline the claim-cost samples come from a drain of their own.
-// The outbox's rounds also drain with processors (Config.Processors).
+// The outbox's rounds also drain with processors (Config.Processors), which
+// send their completions with their claims (Config.MergeCompletions).
 func TestBenchRun(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -33,6 +34,7 @@ func TestBenchRun(t *testing.T) {
 			res, err := bench.Run(t.Context(), bench.Config{
 				AdminURL: dbtest.URL(t), Queue: c.q, Messages: 1_000, TerminalRows: 500, DeferredRows: 50,
 				ExpiredLeases: 20, Workers: 3, BatchSize: 7, SampleEvery: 200, Rounds: c.rounds, Processors: c.processors,
+				MergeCompletions: c.processors,
 			}, &out)
 			require.NoError(t, err, out.String())
 			t.Log(out.String())
@@ -47,6 +49,8 @@ func TestBenchRun(t *testing.T) {
 			for _, r := range res.Rounds {
 				require.Equal(t, c.processors, r.Processor != nil)
 			}
+			require.Equal(t, c.processors, res.MergedCompletions)
+			require.Equal(t, c.processors, strings.Contains(out.String(), "completions merged with claims"))
 			for _, d := range res.Drains() {
 				require.True(t, d.Verified, "%s: %s", d.Method, d.Problem)
 				if runtime.GOOS == "linux" { // elsewhere the figure may be unknown (0)
@@ -104,4 +108,12 @@ func TestBenchTopicClaim(t *testing.T) {
 	}
 	_, err := bench.Run(t.Context(), bench.Config{AdminURL: "-", Queue: leasing.Inbox, TopicRows: 5}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "--fill-only")
+}
+
+// TestBenchMergeNeedsProcessors: merged completions without processors is
+// a configuration error, before anything runs.
+func TestBenchMergeNeedsProcessors(t *testing.T) {
+	t.Parallel()
+	_, err := bench.Run(t.Context(), bench.Config{AdminURL: "-", Queue: leasing.Inbox, MergeCompletions: true}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "--processors")
 }
