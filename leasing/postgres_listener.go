@@ -183,6 +183,9 @@ func NewListener(config *pgx.ConnConfig, q Queue, opts ListenerOptions) (*Listen
 
 // Wake returns the channel that receives one value after notifications
 // arrived (and after each successful LISTEN). It has a buffer of one.
+// Notifications that arrive while a new connection's LISTEN is checked
+// wake once the check passed: BackendPID is set before any wake of that
+// connection.
 func (l *Listener) Wake() <-chan struct{} { return l.wake }
 
 // Channel returns the channel name listened on.
@@ -408,7 +411,9 @@ func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
 		case n.Payload == payload:
 			return nil
 		}
+		// Another notification: the wake that listen sends once the
+		// probe arrived covers it. Not sent now, so that Wake's receivers
+		// find BackendPID set.
 		l.heard()
-		l.signal()
 	}
 }
