@@ -150,7 +150,7 @@ func watchBatch(hs []*heldLease, cancel context.CancelCauseFunc) (stop func()) {
 // handleBatch runs the batch handler on a worker and returns one error per
 // lease: a panic, or a result of the wrong length, fails every lease.
 func (r *run) handleBatch(ctx context.Context, leases []leasing.Lease) (errs []error) {
-	var failed error // the first error among errs, for the handler_duration outcome
+	var failed error // the first error among errs, for the handler_duration result
 	defer r.p.ev.handlerDone(time.Now(), &failed)
 	defer func() {
 		if v := recover(); v != nil {

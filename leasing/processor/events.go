@@ -188,7 +188,7 @@ func (e *events) processStarted(h *heldLease, lease leasing.Lease) context.Conte
 }
 
 // handlerDone records, deferred from a handler call started at start,
-// its handler_duration with the outcome of *err.
+// its handler_duration with the result of *err.
 func (e *events) handlerDone(start time.Time, err *error) { e.m.observeHandler(start, err) }
 
 // handlerReturned records that h's handler returned err, whose outcome is

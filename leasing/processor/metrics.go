@@ -62,7 +62,7 @@ type metrics struct {
 	breakerState       metric.Int64Gauge   // breaker_state: 1 open, 0 closed, attribute topic
 	breakerTransitions metric.Int64Counter // breaker_transitions: attributes topic and state (the new one)
 
-	handlerDuration metric.Float64Histogram // handler_duration: one handler call, attribute outcome
+	handlerDuration metric.Float64Histogram // handler_duration: one handler call, attribute result
 	queueLag        metric.Float64Histogram // queue_lag: due to claimed, store clock
 	claimDuration   metric.Float64Histogram // claim_duration: one Claim call
 	writeDuration   metric.Float64Histogram // write_duration: one outcome-write call, attribute operation
@@ -176,7 +176,7 @@ func (m *metrics) observeClaim(took time.Duration, leases []leasing.Lease, lease
 }
 
 // observeHandler records, deferred, the handler_duration of a call that
-// started at start, with the outcome of *err.
+// started at start, with the result of *err (success or error).
 func (m *metrics) observeHandler(start time.Time, err *error) {
 	opts := resultSuccess
 	if *err != nil {
