@@ -274,10 +274,14 @@ func (e *events) writeTryFailed(try int, err error) {
 	e.log.log(slog.LevelWarn, "outcome write failed; retrying", slog.Int("try", try), errAttr(err))
 }
 
-// writeSplit records a write that timed out on a key's lock and is
-// written again in parts, each with a span of its own.
-func (e *events) writeSplit(span trace.Span, err error) {
-	e.t.abandonWrite(span, err)
+// writeAbandoned records a write that failed with err and whose outcomes
+// are written again by other writes, each with a span of its own: a write
+// that timed out on a key's lock, written again in parts
+// (writer.writeGroup), or completions that went with a claim that failed,
+// given back to the writer (run.completeAndClaim). again says how, for the
+// write's span status.
+func (e *events) writeAbandoned(span trace.Span, again string, err error) {
+	e.t.abandonWrite(span, again, err)
 	e.writeTryFailed(1, err)
 }
 

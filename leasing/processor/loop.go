@@ -381,7 +381,7 @@ func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, leases 
 	})
 	res, err := call(ctx)
 	if err != nil {
-		r.p.ev.writeSplit(span, err)
+		r.p.ev.writeAbandoned(span, "given back to the writer", err)
 		r.w.resubmit(done)
 		return nil, claimErr
 	}

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/leasestore/leasestore/internal/dbtest"
+	"github.com/leasestore/leasestore/internal/spantest"
 	"github.com/leasestore/leasestore/leasing"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
@@ -125,4 +127,37 @@ func TestProcessorMergedWriteLostReply(t *testing.T) {
 	require.GreaterOrEqual(t, failed.Load(), int32(1), "a merged call failed")
 	require.EqualValues(t, 400, b.counter("processor.succeeded"))
 	require.EqualValues(t, 0, b.counter("processor.persist_rejected"))
+}
+
+// TestProcessorMergedWriteLostReplySpan: the span of a call that sent
+// completions with a claim and failed ends with an error status saying
+// that its completions went back to the writer (not that a key's lock
+// split them), and every span ends once.
+func TestProcessorMergedWriteLostReplySpan(t *testing.T) {
+	t.Parallel()
+	b := setupTracing(t, leasing.Inbox)
+	msgs := make([]leasing.NewMessage, 40)
+	for i := range msgs {
+		msgs[i] = leasing.NewMessage{Type: "test", Payload: []byte("{}")}
+	}
+	res, err := b.mem.Enqueue(context.Background(), msgs...)
+	require.NoError(t, err)
+	var failed atomic.Int32
+	store := &countingMerges{mergeStore: b.mem, fail: func() bool { return failed.Add(1) == 1 }}
+	r := b.start(t, store, func(context.Context, leasing.Lease) error { return nil },
+		processor.Options{Concurrency: 4, BatchSize: 4, MergeCompletions: true, TracerProvider: b.tp})
+	for _, id := range res.IDs {
+		waitFor(t, statusIs(b.mem, id, leasing.StatusCompleted), "completed")
+	}
+	require.NoError(t, r.stop(t))
+	require.GreaterOrEqual(t, failed.Load(), int32(1), "a merged call failed")
+
+	var abandoned []spantest.Span
+	for _, s := range b.tp.Named("complete inbox") {
+		if s.Status == codes.Error {
+			abandoned = append(abandoned, s)
+		}
+	}
+	require.Len(t, abandoned, 1)
+	require.Equal(t, "given back to the writer: conn closed", abandoned[0].Description)
 }

@@ -273,14 +273,15 @@ func (t tracer) startWrite(kind writeKind, g []pendingWrite, call storeWrite) (t
 }
 
 // abandonWrite ends the span of an outcome write that failed with err and
-// is written again in parts (writer.writeGroup), each with a span of its
-// own; the process spans stay open for those.
-func (t tracer) abandonWrite(span trace.Span, err error) {
+// whose outcomes other writes send again (events.writeAbandoned), each
+// with a span of its own; again, how, leads the span's status. The
+// process spans stay open for those writes.
+func (t tracer) abandonWrite(span trace.Span, again string, err error) {
 	if span == nil {
 		return
 	}
 	span.RecordError(err)
-	span.SetStatus(codes.Error, "split by ordering key: "+err.Error())
+	span.SetStatus(codes.Error, again+": "+err.Error())
 	span.End()
 }
 

@@ -367,7 +367,7 @@ func (w *writer) writeCall(kind writeKind, g []pendingWrite, yield bool) bool {
 	span, call := p.ev.writeStarted(kind, g, call)
 	res, err := w.persist(call, yield)
 	if yield && errors.Is(err, leasing.ErrLockTimeout) {
-		p.ev.writeSplit(span, err)
+		p.ev.writeAbandoned(span, "split by ordering key", err)
 		return false
 	}
 	w.recorded(span, kind, g, res, err)
