@@ -289,7 +289,7 @@ func (e *events) writeAbandoned(span trace.Span, again string, err error) {
 // was given up with err: the write's span and g's process spans end, the
 // outcomes are counted and logged.
 func (e *events) written(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
-	e.t.endWrite(span, kind, g, res, err)
+	e.t.endWrite(span, g, res, err)
 	if err != nil {
 		e.writeGaveUp(kind, g, err)
 		if errors.Is(err, leasing.ErrPermissionDenied) {

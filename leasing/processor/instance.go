@@ -157,7 +157,7 @@ func (p *Processor) takeOver(ctx context.Context) (*instance, error) {
 			p.ev.tookOver(ids)
 			return in, nil
 		}
-		if err := p.startFailed(ctx, "expire previous leases", err); err != nil {
+		if err := p.startFailed("expire previous leases", err); err != nil {
 			in.close(ctx)
 			return nil, err
 		}
@@ -170,7 +170,7 @@ func (p *Processor) takeOver(ctx context.Context) (*instance, error) {
 
 // startFailed records a failed start step and returns the refusal it
 // makes: the *leasing.SchemaError with FailOnSchemaBehind, else nil.
-func (p *Processor) startFailed(ctx context.Context, what string, err error) error {
+func (p *Processor) startFailed(what string, err error) error {
 	p.ev.instanceStepFailed(what, err)
 	if se := schemaBehind(err); se != nil && p.opts.FailOnSchemaBehind {
 		return se

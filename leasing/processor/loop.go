@@ -15,7 +15,7 @@ import (
 // run is the state of one Run call: the claim loop, which claims batches
 // and dispatches their leases to workers. Only the loop goroutine touches
 // waiting, running, workers, sched, claiming, claimsSent, wakes,
-// sweepUntil and allowed; the leases are in the book.
+// sweepUntil, allowed and openings; the leases are in the book.
 type run struct {
 	p        *Processor
 	base     context.Context // Run's values, never cancelled

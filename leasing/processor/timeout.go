@@ -155,10 +155,10 @@ func (t *timeouts) close() {
 
 // timeOut ends the attempts of the leases of hs still running past
 // HandlerTimeout: their contexts (and the call's, with cancel, nil for
-// New) are cancelled with an ErrHandlerTimeout cause and their failures
-// submitted at once, so the heartbeat stops renewing them and settle drops
-// what the call returns later. It returns the timed-out leases' writes,
-// for the caller to submit.
+// New) are cancelled with an ErrHandlerTimeout cause, and it returns their
+// failures' writes for the caller (timeouts.fire) to submit at once. From
+// then on the heartbeat no longer renews them and settle drops what the
+// call returns later.
 func (r *run) timeOut(hs []*heldLease, span trace.Span, cancel context.CancelCauseFunc) []pendingWrite {
 	err := fmt.Errorf("%w after %s", ErrHandlerTimeout, r.p.opts.HandlerTimeout)
 	var (

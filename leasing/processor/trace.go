@@ -285,12 +285,11 @@ func (t tracer) abandonWrite(span trace.Span, again string, err error) {
 	span.End()
 }
 
-// endWrite ends the span of an outcome write of g, all of kind, that
-// reported res or failed with err (given up), and the process spans of g
-// with the outcome each attempt got. span is nil without tracing, and for
-// completions that committed in the handler's transaction, which no write
-// sends.
-func (t tracer) endWrite(span trace.Span, kind writeKind, g []pendingWrite, res leasing.WriteResult, err error) {
+// endWrite ends the span of an outcome write of g that reported res or
+// failed with err (given up), and the process spans of g with the outcome
+// each attempt got. span is nil without tracing, and for completions that
+// committed in the handler's transaction, which no write sends.
+func (t tracer) endWrite(span trace.Span, g []pendingWrite, res leasing.WriteResult, err error) {
 	if span != nil {
 		endWriteSpan(span, len(g), res, err)
 	}

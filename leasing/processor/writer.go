@@ -53,7 +53,8 @@ type pendingWrite struct {
 // completions are held for it to send with its next claim (one
 // transaction for both); the writer writes them itself once mergeHold has
 // passed, once the loop stops draining or once 2 x BatchSize are held. mu
-// is its own: it guards takes, queue, held, heldSince, draining and closed.
+// is its own: it guards takes, queue, held, heldSince, spareHeld,
+// spareLeases, draining and closed.
 type writer struct {
 	p    *Processor
 	book *book
