@@ -353,7 +353,8 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 // reply. A rows-free ping is enough: the server answers it only while the
 // connection works both ways.
 //
-// Errors: a connection error, or one that says the probe timed out.
+// Errors: a connection error, or one that says the heartbeat was not
+// answered in time.
 func (l *Listener) heartbeat(ctx context.Context, conn *pgx.Conn) error {
 	pingCtx, cancel := context.WithTimeout(ctx, l.opts.HeartbeatTimeout)
 	defer cancel()

@@ -24,10 +24,10 @@ type callClass int
 
 const (
 	// hotPath is a processor's per-batch call (Claim, Renew, Release,
-	// Complete, Fail, DeadLetter): generic plans and the lock timeout,
-	// once the schema check passed. The generic plans are the index plans
-	// (integration/plan_test.go); planning the claim per call costs more
-	// than running it.
+	// ReleaseAfter, Complete, CompleteAndClaim, Fail, DeadLetter): generic
+	// plans and the lock timeout, once the schema check passed. The
+	// generic plans are the index plans (integration/plan_test.go);
+	// planning the claim per call costs more than running it.
 	hotPath callClass = iota
 	// operator is every other call: plans left to the session (the best
 	// may depend on the values) and the lock timeout, once the schema

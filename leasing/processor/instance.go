@@ -12,8 +12,9 @@ import (
 )
 
 // PreviousExpirer is a store that can end the leases an instance's earlier
-// incarnations left (*leasing.Postgres, *leasing.Memory); a Processor with
-// an Options.InstanceID needs one.
+// incarnations left (*leasing.Postgres, *leasing.Memory). A Processor with
+// an Options.InstanceID calls it on start; that option needs DirectConfig,
+// and so a *leasing.Postgres store.
 type PreviousExpirer interface {
 	// ExpirePrevious ends now the unexpired leases of the owners that
 	// leasing.NewOwner(label) made, but owner's, for the next claim to

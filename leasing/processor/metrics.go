@@ -50,7 +50,7 @@ var (
 // metrics are a processor's instruments, litebus.<queue>.processor.<name>.
 type metrics struct {
 	acquired     metric.Int64Counter // leases_acquired: leases a claim returned
-	lost         metric.Int64Counter // lease_lost: leases a renew (or claim) found lost
+	lost         metric.Int64Counter // lease_lost: leases given up as lost (book.markLost)
 	succeeded    metric.Int64Counter // succeeded / published: success outcome written
 	failed       metric.Int64Counter // failed: failed outcome written
 	deadLettered metric.Int64Counter // dead_lettered: dead_lettered outcome written
@@ -97,7 +97,7 @@ func newMetrics(meter metric.Meter, q leasing.Queue) (*metrics, error) {
 	}
 	m := &metrics{
 		acquired:     counter("processor.leases_acquired", "Leases taken by claims."),
-		lost:         counter("processor.lease_lost", "Leases found lost by a renew; their handler was cancelled."),
+		lost:         counter("processor.lease_lost", "Leases given up as lost: a renew found them lost, they could not be renewed in time, or a claim took their message again; their handler was cancelled."),
 		succeeded:    counter(SucceededCounter(q), "Messages whose success state was written."),
 		failed:       counter("processor.failed", "Messages written as failed, to be retried after a backoff."),
 		deadLettered: counter("processor.dead_lettered", "Messages written as dead_lettered."),

@@ -115,8 +115,9 @@ type Options struct {
 	// poll interval ends.
 	WorkSignal WorkSignal
 	// OnError, when not nil, receives the errors the processor handles by
-	// trying again later (claim, renew, outcome write, vacuum, listener,
-	// instance lock, retention; a schema behind once per finding), each
+	// trying again later (claim, renew, outcome write, orphan sweep,
+	// privilege check, vacuum, listener, instance lock, retention; a
+	// schema behind once per finding), each
 	// *leasing.ParkedError of a claim, and the refusal Run returns. It
 	// may be called from several goroutines at once and must not block.
 	OnError func(error)
