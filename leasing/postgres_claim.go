@@ -19,7 +19,7 @@ func (s *Postgres) Claim(ctx context.Context, r ClaimRequest) ([]Lease, error) {
 		return nil, fmt.Errorf("leasing: claim %s: %w", s.queue, err)
 	}
 	leases, parked := claimed(s.queue, r.Owner, claim.result())
-	return leases, parkedError(s.queue, parked, s.releaseParked(ctx, parked))
+	return leases, parkedError(s.queue, parked, s.freeParkedKeys(ctx, parked))
 }
 
 // CompleteAndClaim sends the Complete statement (with the key steps of the
@@ -57,7 +57,7 @@ func (s *Postgres) CompleteAndClaim(ctx context.Context, done []Lease, r ClaimRe
 	res := WriteResult{Outcomes: outcomes(f.ids, complete.result())}
 	unnamed := s.freeUnnamedKeys(ctx, complete.result(), done)
 	leases, parked := claimed(s.queue, r.Owner, claim.result())
-	return res, leases, errors.Join(unnamed, parkedError(s.queue, parked, s.releaseParked(ctx, parked)))
+	return res, leases, errors.Join(unnamed, parkedError(s.queue, parked, s.freeParkedKeys(ctx, parked)))
 }
 
 // claim returns the claim statement for r: the tenant's claim when r

@@ -66,9 +66,9 @@ func (s *Postgres) keySteps(ids []uuid.UUID) []step {
 	}
 }
 
-// parkedKeysTimeout bounds releaseParked and freeUnnamedKeys, which run
+// keyFollowUpTimeout bounds freeParkedKeys and freeUnnamedKeys, which run
 // after the call's context may have ended.
-const parkedKeysTimeout = 10 * time.Second
+const keyFollowUpTimeout = 10 * time.Second
 
 // unnamedKeys returns the ids of the keyed messages that a write of
 // leases finished (rows, its outcome rows, which hold every keyed message:
@@ -104,7 +104,7 @@ func unnamedKeys(rows []*gen.InboxCompleteRow, leases []Lease) []uuid.UUID {
 
 // freeUnnamedKeys frees the keys of the unnamedKeys of a write of leases
 // that committed, rows its outcomes, in a transaction after the write's:
-// so it runs even when ctx has ended, for at most parkedKeysTimeout.
+// so it runs even when ctx has ended, for at most keyFollowUpTimeout.
 // Should it fail, the error says so, and sending the write again (its
 // outcomes then already applied) frees them. The error holds the cause's
 // text but does not wrap it: the write committed, so it must not match
@@ -115,7 +115,7 @@ func (s *Postgres) freeUnnamedKeys(ctx context.Context, rows []*gen.InboxComplet
 	if len(ids) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkedKeysTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFollowUpTimeout)
 	defer cancel()
 	if err := s.send(ctx, operator, s.keySteps(ids)...); err != nil {
 		return fmt.Errorf("leasing: the write on %s committed, but freeing the ordering keys of %d messages whose leases named none failed "+
@@ -124,16 +124,16 @@ func (s *Postgres) freeUnnamedKeys(ctx context.Context, rows []*gen.InboxComplet
 	return nil
 }
 
-// releaseParked frees the keys of rows a claim parked that were their
+// freeParkedKeys frees the keys of rows a claim parked that were their
 // keys' heads, in a transaction after the claim's, which committed: so it
-// runs even when ctx has ended, for at most parkedKeysTimeout. Should it
+// runs even when ctx has ended, for at most keyFollowUpTimeout. Should it
 // fail, such a key stays blocked until the parked row is requeued or
 // purged (ParkedError.KeysNotFreed).
-func (s *Postgres) releaseParked(ctx context.Context, parked []ParkedRow) error {
+func (s *Postgres) freeParkedKeys(ctx context.Context, parked []ParkedRow) error {
 	if len(parked) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkedKeysTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFollowUpTimeout)
 	defer cancel()
 	ids := make([]uuid.UUID, len(parked))
 	for i, p := range parked {

@@ -162,7 +162,7 @@ func (p *Processor) takeOver(ctx context.Context) (*instance, error) {
 			in.close(ctx)
 			return nil, err
 		}
-		if !p.pause(ctx, p.opts.PollInterval) {
+		if !p.sleep(ctx, p.opts.PollInterval) {
 			in.close(ctx)
 			return nil, nil
 		}
@@ -179,9 +179,9 @@ func (p *Processor) startFailed(what string, err error) error {
 	return nil
 }
 
-// pause waits d, and reports false when shutdown was requested or ctx
+// sleep waits d, and reports false when shutdown was requested or ctx
 // ended first.
-func (p *Processor) pause(ctx context.Context, d time.Duration) bool {
+func (p *Processor) sleep(ctx context.Context, d time.Duration) bool {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -224,7 +224,7 @@ func (in *instance) relock(ctx context.Context) error {
 			heldSince = time.Time{}
 			p.ev.instanceStepFailed("lock instance", err)
 		}
-		if !p.pause(ctx, wait) {
+		if !p.sleep(ctx, wait) {
 			return nil
 		}
 	}
