@@ -172,6 +172,25 @@ func (e *events) vacuumFailed(err error) {
 	}
 }
 
+// retentionFailed records a failed retention run, reported to OnError;
+// stopping: the role may not DELETE, and retention stops.
+func (e *events) retentionFailed(err error, stopping bool) {
+	e.report(e.errorf("retention", err))
+	if stopping {
+		e.log.log(slog.LevelError, "retention stopped: the role may not DELETE; run the processor as a member of leasestore_operator, or schedule leasectl purge", errAttr(err))
+		return
+	}
+	e.log.log(slog.LevelWarn, "retention failed; trying again at the next run", errAttr(err))
+}
+
+// retentionRan logs what one retention run purged (debug), when it
+// purged rows.
+func (e *events) retentionRan(total leasing.RetentionResult) {
+	if total.Finished+total.DeadLettered > 0 {
+		e.log.log(slog.LevelDebug, "retention purged rows", slog.Int("finished", total.Finished), slog.Int("dead_lettered", total.DeadLettered))
+	}
+}
+
 // sweepFailed records a failed orphan sweep.
 func (e *events) sweepFailed(err error) {
 	e.report(e.errorf("release orphans", err))

@@ -2,9 +2,7 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/leasestore/leasestore/leasing"
 )
@@ -66,48 +64,4 @@ func newLogger(l *slog.Logger, q leasing.Queue, owner string) logger {
 		return logger{}
 	}
 	return logger{l.With(slog.String(LogKeyQueue, string(q)), slog.String(LogKeyOwner, owner))}
-}
-
-// loggedVacuumer is a Vacuumer that logs each run (debug, one record per
-// table vacuumed) and each error (warn) of the Vacuumer it wraps.
-type loggedVacuumer struct {
-	Vacuumer
-	queue leasing.Queue
-	log   logger
-}
-
-// vacuumer returns v, wrapped to log when p logs.
-func (p *Processor) vacuumer(v Vacuumer) Vacuumer {
-	if p.ev.log.l == nil {
-		return v
-	}
-	return loggedVacuumer{Vacuumer: v, queue: p.store.Queue(), log: p.ev.log}
-}
-
-// vacuumNotAllowedAdvice is the processor's one log record when its role
-// may not vacuum, with what to do; internal/doctor gives the same advice.
-const vacuumNotAllowedAdvice = "this role may not VACUUM the queue's tables, which are left to autovacuum: " +
-	"fine at moderate churn; to have processors vacuum, rerun db/roles.sql on PostgreSQL 17+ (it grants MAINTAIN) " +
-	"or run them as the tables' owner; VacuumPolicy.Disabled silences this"
-
-func (v loggedVacuumer) VacuumIfDead(ctx context.Context, deadRows int64) (leasing.Vacuum, error) {
-	res, err := v.Vacuumer.VacuumIfDead(ctx, deadRows)
-	switch {
-	case errors.Is(err, leasing.ErrVacuumNotAllowed):
-		v.log.log(slog.LevelInfo, vacuumNotAllowedAdvice, errAttr(err))
-	case err != nil && ctx.Err() == nil:
-		v.log.log(slog.LevelWarn, "vacuum failed", errAttr(err))
-	}
-	if res.Ran {
-		v.vacuumRan(v.queue.Table(), res.DeadRows, res.Duration)
-	}
-	if res.Keys.Ran {
-		v.vacuumRan(v.queue.KeyTable(), res.Keys.DeadRows, res.Keys.Duration)
-	}
-	return res, err
-}
-
-// vacuumRan logs one VACUUM of table (debug).
-func (v loggedVacuumer) vacuumRan(table string, deadRows int64, d time.Duration) {
-	v.log.log(slog.LevelDebug, "vacuum ran", slog.String("table", table), slog.Int64("dead_rows", deadRows), slog.Duration("duration", d))
 }

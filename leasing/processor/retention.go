@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"errors"
-	"log/slog"
 
 	"github.com/leasestore/leasestore/internal/wait"
 	"github.com/leasestore/leasestore/leasing"
@@ -57,20 +56,17 @@ func (p *Processor) keepRetained(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				p.ev.report(p.ev.errorf("retention", err))
-				if errors.Is(err, leasing.ErrPermissionDenied) {
-					p.ev.log.log(slog.LevelError, "retention stopped: the role may not DELETE; run the processor as a member of leasestore_operator, or schedule leasectl purge", errAttr(err))
+				denied := errors.Is(err, leasing.ErrPermissionDenied)
+				p.ev.retentionFailed(err, denied)
+				if denied {
 					return
 				}
-				p.ev.log.log(slog.LevelWarn, "retention failed; trying again at the next run", errAttr(err))
 				break
 			}
 			if res.Finished < policy.BatchSize && res.DeadLettered < policy.BatchSize {
 				break
 			}
 		}
-		if total.Finished+total.DeadLettered > 0 {
-			p.ev.log.log(slog.LevelDebug, "retention purged rows", slog.Int("finished", total.Finished), slog.Int("dead_lettered", total.DeadLettered))
-		}
+		p.ev.retentionRan(total)
 	}
 }
