@@ -157,25 +157,19 @@ func (s *Postgres) processorCalls() []processorCall {
 	if s.queue == Outbox {
 		complete = "publish"
 	}
+	// The writes' own statements (postgres_write.go), for no lease.
+	failed := s.failArgs(owner, nil)
 	return []processorCall{
 		{"claim", []step{
 			bind(s.q.claim, gen.InboxClaimParams{Now: now, LeaseOwner: owner}),
 			bind(s.q.claimTenant, gen.InboxClaimTenantParams{Now: now, LeaseOwner: owner}),
 		}},
 		{"renew", []step{bind(s.q.renew, gen.InboxRenewParams{MessageIds: none, LeaseGenerations: []int64{}, LeaseOwner: owner, Now: now})}},
-		{"release", []step{bind(s.q.release, gen.InboxReleaseParams{
-			MessageIds: none, LeaseGenerations: []int64{}, RetryDelays: []time.Duration{}, LastErrors: []string{},
-			AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
-		})}},
+		{"release", []step{s.release(failed)}},
 		{"release orphans", []step{bind(s.q.releaseOrphans, gen.InboxReleaseOrphansParams{LeaseOwner: owner, HeldMessageIds: none, Now: now})}},
-		{complete, []step{bind(s.q.complete, gen.InboxCompleteParams{LeaseOwner: owner, MessageIds: none, LeaseGenerations: []int64{}, Now: now})}},
-		{"fail", []step{bind(s.q.fail, gen.InboxFailParams{
-			MessageIds: none, LeaseGenerations: []int64{}, RetryDelays: []time.Duration{}, LastErrors: []string{},
-			AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
-		})}},
-		{"dead letter", []step{bind(s.q.deadLetter, gen.InboxDeadLetterParams{
-			MessageIds: none, LeaseGenerations: []int64{}, LastErrors: []string{}, AttemptErrors: []string{}, Now: now, LeaseOwner: owner,
-		})}},
+		{complete, []step{s.complete(failed.fenceArgs)}},
+		{"fail", []step{s.fail(failed)}},
+		{"dead letter", []step{s.deadLetter(failed)}},
 		// The statements a complete or dead letter of keyed leases adds,
 		// for an id no message has.
 		{"free ordering keys", s.keySteps([]uuid.UUID{uuid.New()})},

@@ -44,11 +44,8 @@ func (s *Postgres) Release(ctx context.Context, leases ...Lease) (WriteResult, e
 	if err != nil {
 		return WriteResult{}, err
 	}
-	f := s.fence(owner, leases)
-	return s.write(ctx, "release", f.ids, bind(s.q.release, gen.InboxReleaseParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: []time.Duration{},
-		LastErrors: []string{}, AttemptErrors: []string{}, Now: f.now, LeaseOwner: f.owner,
-	}), nil)
+	f := failArgs{fenceArgs: s.fence(owner, leases), retryDelays: []time.Duration{}, lastErrors: []string{}, attemptErrors: []string{}}
+	return s.write(ctx, "release", f.ids, s.release(f), nil)
 }
 
 // ReleaseAfter implements Store.ReleaseAfter.
@@ -58,10 +55,7 @@ func (s *Postgres) ReleaseAfter(ctx context.Context, failures ...Failure) (Write
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "release after", f.ids, bind(s.q.release, gen.InboxReleaseParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
-		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
-	}), nil)
+	return s.write(ctx, "release after", f.ids, s.release(f), nil)
 }
 
 // ReleaseOrphans implements Store.ReleaseOrphans.
@@ -140,6 +134,33 @@ func (s *Postgres) complete(f fenceArgs) result[[]*gen.InboxCompleteRow] {
 	})
 }
 
+// release returns the Release statement for f: Release's with empty retry
+// delays and errors (due at once, last_error kept), ReleaseAfter's with
+// one of each per lease.
+func (s *Postgres) release(f failArgs) result[[]*gen.InboxCompleteRow] {
+	return bind(s.q.release, gen.InboxReleaseParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
+	})
+}
+
+// fail returns the Fail statement for f.
+func (s *Postgres) fail(f failArgs) result[[]*gen.InboxCompleteRow] {
+	return bind(s.q.fail, gen.InboxFailParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
+		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
+	})
+}
+
+// deadLetter returns the DeadLetter statement for f (its retry delays
+// unused).
+func (s *Postgres) deadLetter(f failArgs) result[[]*gen.InboxCompleteRow] {
+	return bind(s.q.deadLetter, gen.InboxDeadLetterParams{
+		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors,
+		AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
+	})
+}
+
 // Fail implements Store.Fail.
 func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, error) {
 	owner, err := validateFailures(s.queue, failures)
@@ -147,10 +168,7 @@ func (s *Postgres) Fail(ctx context.Context, failures ...Failure) (WriteResult, 
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "fail", f.ids, bind(s.q.fail, gen.InboxFailParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, RetryDelays: f.retryDelays,
-		LastErrors: f.lastErrors, AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
-	}), nil)
+	return s.write(ctx, "fail", f.ids, s.fail(f), nil)
 }
 
 // DeadLetter implements Store.DeadLetter.
@@ -160,10 +178,7 @@ func (s *Postgres) DeadLetter(ctx context.Context, failures ...Failure) (WriteRe
 		return WriteResult{}, err
 	}
 	f := s.failArgs(owner, failures)
-	return s.write(ctx, "dead-letter", f.ids, bind(s.q.deadLetter, gen.InboxDeadLetterParams{
-		MessageIds: idTexts(f.ids), LeaseGenerations: f.generations, LastErrors: f.lastErrors,
-		AttemptErrors: f.attemptErrors, Now: f.now, LeaseOwner: f.owner,
-	}), leasesOf(failures))
+	return s.write(ctx, "dead-letter", f.ids, s.deadLetter(f), leasesOf(failures))
 }
 
 // write sends one fenced write of ids and wraps its error with op. finishing
