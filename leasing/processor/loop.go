@@ -128,7 +128,7 @@ func (r *run) loop(ctx context.Context) {
 		poll.Reset(time.Until(r.sched.next()))
 	}
 	for {
-		r.releaseHeld()
+		r.releaseOpenWaiting()
 		r.dispatch()
 		if ctx.Err() != nil {
 			p.requestStop()
@@ -330,7 +330,7 @@ func (r *run) claimOnce(req leasing.ClaimRequest, merge bool, res *claimResult) 
 		err        error
 	)
 	if merge && r.w.merge {
-		done, doneLeases = r.w.takeHeld()
+		done, doneLeases = r.w.takeMerging()
 	}
 	if len(done) > 0 {
 		leases, err = r.completeAndClaim(ctx, done, doneLeases, req)
@@ -389,12 +389,12 @@ func (r *run) completeAndClaim(ctx context.Context, done []pendingWrite, leases 
 	return claimed, claimErr
 }
 
-// releaseHeld releases, once a breaker has opened, the waiting leases
+// releaseOpenWaiting releases, once a breaker has opened, the waiting leases
 // (handlers not started) of the topics whose breaker is open, their
 // attempts returned: they would only meet the unavailable destination.
 // Leases claimed later (probes) are not released; those of a claim sent
 // before the opening are, when it returns (releaseOpened).
-func (r *run) releaseHeld() {
+func (r *run) releaseOpenWaiting() {
 	n := r.p.breaker.openings()
 	if n == r.openings {
 		return

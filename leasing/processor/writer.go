@@ -50,10 +50,10 @@ type pendingWrite struct {
 // writer writes outcomes in batches: each write takes everything queued
 // while the previous one ran. With Options.MergeCompletions on a
 // CompleteClaimer store, while the claim loop drains a backlog, unkeyed
-// completions are held for it to send with its next claim (one
+// completions wait in merging for it to send with its next claim (one
 // transaction for both); the writer writes them itself once mergeHold has
-// passed, once the loop stops draining or once 2 x BatchSize are held. mu
-// is its own: it guards takes, queue, held, heldSince, spareHeld,
+// passed, once the loop stops draining or once 2 x BatchSize wait. mu
+// is its own: it guards takes, queue, merging, mergingSince, spareMerging,
 // spareLeases, draining and closed.
 type writer struct {
 	p    *Processor
@@ -67,10 +67,10 @@ type writer struct {
 	// its slot until the writer has taken them.
 	limit int
 
-	// merge is whether unkeyed completions are held for the claim loop;
-	// heldMax is how many may be held before the writer writes them.
-	merge   bool
-	heldMax int
+	// merge is whether unkeyed completions wait for the claim loop;
+	// mergeMax is how many may wait before the writer writes them.
+	merge    bool
+	mergeMax int
 
 	// leases and failures are writeCall's store arguments, reused from one
 	// call to the next (a Store does not keep its arguments); only the
@@ -78,22 +78,22 @@ type writer struct {
 	leases   []leasing.Lease
 	failures []leasing.Failure
 
-	mu        sync.Mutex
-	taken     sync.Cond      // on mu: the writer or the loop took outcomes (takes grew)
-	takes     uint64         // times the writer or the loop took outcomes
-	queue     []pendingWrite // submitted, not yet taken, in submit order, but held ones
-	held      []pendingWrite // unkeyed completions held for the next claim
-	heldSince time.Time      // when the oldest of held was submitted
-	// spareHeld and spareLeases are a merged claim's slices, given back
-	// (giveBack) for the next one to reuse: held and the claim's lease
+	mu           sync.Mutex
+	taken        sync.Cond      // on mu: the writer or the loop took outcomes (takes grew)
+	takes        uint64         // times the writer or the loop took outcomes
+	queue        []pendingWrite // submitted, not yet taken, in submit order, but merging ones
+	merging      []pendingWrite // unkeyed completions waiting for the next claim
+	mergingSince time.Time      // when the oldest of merging was submitted
+	// spareMerging and spareLeases are a merged claim's slices, given back
+	// (giveBack) for the next one to reuse: merging and the claim's lease
 	// list take turns with them, so that a loop draining a backlog
 	// allocates neither per claim. nil while a claim uses them.
-	spareHeld   []pendingWrite
-	spareLeases []leasing.Lease
-	draining    bool // the loop claims again soon: keep holding
-	closed      bool
-	ready       chan struct{} // capacity 1: queue or closed changed since the writer last looked
-	done        chan struct{} // closed when run returns
+	spareMerging []pendingWrite
+	spareLeases  []leasing.Lease
+	draining     bool // the loop claims again soon: keep holding
+	closed       bool
+	ready        chan struct{} // capacity 1: queue or closed changed since the writer last looked
+	done         chan struct{} // closed when run returns
 }
 
 // outcomesWaitingPerSlot is how many outcomes per worker slot may wait for
@@ -103,8 +103,8 @@ type writer struct {
 // docs/notes/2026-12-03-processor-measurements.md.
 const outcomesWaitingPerSlot = 8
 
-// mergeHold is the longest an unkeyed completion is held for the claim
-// loop's next claim (writer.held): at most one claim interval of a busy
+// mergeHold is the longest an unkeyed completion waits for the claim
+// loop's next claim (writer.merging): at most one claim interval of a busy
 // processor. Measurements: docs/notes/2026-12-04-processor-speed.md.
 const mergeHold = 50 * time.Millisecond
 
@@ -115,8 +115,8 @@ func newWriter(p *Processor, book *book, base context.Context, limit int) *write
 	merge = merge && p.opts.MergeCompletions
 	w := &writer{
 		p: p, book: book, base: base, limit: limit, merge: merge,
-		heldMax: min(2*p.opts.BatchSize, leasing.MaxBatchSize),
-		ready:   make(chan struct{}, 1), done: make(chan struct{}),
+		mergeMax: min(2*p.opts.BatchSize, leasing.MaxBatchSize),
+		ready:    make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	w.taken.L = &w.mu
 	return w
@@ -128,13 +128,13 @@ func newWriter(p *Processor, book *book, base context.Context, limit int) *write
 // some.
 func (w *writer) submit(pws ...pendingWrite) {
 	w.mu.Lock()
-	full := len(w.queue)+len(w.held) >= w.limit
+	full := len(w.queue)+len(w.merging) >= w.limit
 	for _, pw := range pws {
 		if w.merge && pw.kind == writeComplete && pw.failure.Lease.Message.OrderingKey == "" {
-			if len(w.held) == 0 {
-				w.heldSince = time.Now()
+			if len(w.merging) == 0 {
+				w.mergingSince = time.Now()
 			}
-			w.held = append(w.held, pw)
+			w.merging = append(w.merging, pw)
 		} else {
 			w.queue = append(w.queue, pw)
 		}
@@ -161,22 +161,22 @@ func (w *writer) resubmit(pws []pendingWrite) {
 	w.wake()
 }
 
-// takeHeld returns up to leasing.MaxBatchSize held completions, for the
+// takeMerging returns up to leasing.MaxBatchSize merging completions, for the
 // claim loop to send with its claim, and their leases in the same order.
 // The loop gives both back (giveBack) once the call returned.
-func (w *writer) takeHeld() ([]pendingWrite, []leasing.Lease) {
+func (w *writer) takeMerging() ([]pendingWrite, []leasing.Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := min(len(w.held), leasing.MaxBatchSize)
+	n := min(len(w.merging), leasing.MaxBatchSize)
 	if n == 0 {
 		return nil, nil
 	}
 	var g []pendingWrite
-	if n == len(w.held) {
-		g, w.held, w.spareHeld = w.held, w.spareHeld[:0], nil
+	if n == len(w.merging) {
+		g, w.merging, w.spareMerging = w.merging, w.spareMerging[:0], nil
 	} else {
-		g = append(w.spareHeld[:0], w.held[:n]...)
-		w.held, w.spareHeld = append(w.held[:0], w.held[n:]...), nil
+		g = append(w.spareMerging[:0], w.merging[:n]...)
+		w.merging, w.spareMerging = append(w.merging[:0], w.merging[n:]...), nil
 	}
 	leases := appendLeases(w.spareLeases[:0], g)
 	w.spareLeases = nil
@@ -185,7 +185,7 @@ func (w *writer) takeHeld() ([]pendingWrite, []leasing.Lease) {
 	return g, leases
 }
 
-// giveBack takes back the slices takeHeld returned, once their call
+// giveBack takes back the slices takeMerging returned, once their call
 // returned, for the next merged claim to reuse; their elements are
 // cleared first, so that they keep no message alive.
 func (w *writer) giveBack(g []pendingWrite, leases []leasing.Lease) {
@@ -193,8 +193,8 @@ func (w *writer) giveBack(g []pendingWrite, leases []leasing.Lease) {
 	clear(leases)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.spareHeld == nil {
-		w.spareHeld = g[:0]
+	if w.spareMerging == nil {
+		w.spareMerging = g[:0]
 	}
 	if w.spareLeases == nil {
 		w.spareLeases = leases[:0]
@@ -244,13 +244,13 @@ func (w *writer) run() {
 		w.mu.Lock()
 		batch, closed := w.queue, w.closed
 		w.queue = spare[:0]
-		holdFor := time.Duration(0) // how long the held completions may wait yet
-		if len(w.held) > 0 {
-			holdFor = mergeHold - time.Since(w.heldSince)
-			if closed || !w.draining || holdFor <= 0 || len(w.held) >= w.heldMax {
-				batch = append(batch, w.held...)
-				clear(w.held)
-				w.held = w.held[:0]
+		holdFor := time.Duration(0) // how long the merging completions may wait yet
+		if len(w.merging) > 0 {
+			holdFor = mergeHold - time.Since(w.mergingSince)
+			if closed || !w.draining || holdFor <= 0 || len(w.merging) >= w.mergeMax {
+				batch = append(batch, w.merging...)
+				clear(w.merging)
+				w.merging = w.merging[:0]
 				holdFor = 0
 			}
 		}
@@ -309,7 +309,7 @@ func (w *writer) write(batch []pendingWrite) {
 // open enqueue transaction may hold: when such a call over several keys
 // times out on a lock, nothing was written and g is written again one call
 // per key (and one for the unkeyed), each tried once before any is retried,
-// so that a held key delays the others by one lock timeout only.
+// so that a key whose row is locked delays the others by one lock timeout only.
 func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	parts := keyParts(kind, g)
 	if len(parts) <= 1 {
@@ -319,13 +319,13 @@ func (w *writer) writeGroup(kind writeKind, g []pendingWrite) {
 	if w.writeCall(kind, g, true) {
 		return
 	}
-	var held [][]pendingWrite
+	var blocked [][]pendingWrite // parts whose first try timed out on a key's lock
 	for _, part := range parts {
 		if !w.writeCall(kind, part, true) {
-			held = append(held, part)
+			blocked = append(blocked, part)
 		}
 	}
-	for _, part := range held {
+	for _, part := range blocked {
 		w.writeCall(kind, part, false)
 	}
 }
