@@ -400,3 +400,13 @@ func (e *events) callAttrs(leases []leasing.Lease, extra ...slog.Attr) []slog.At
 	}
 	return batchAttrs(leases, extra...)
 }
+
+// schemaBehind returns err as a *leasing.SchemaError, or nil when it is
+// not one.
+func schemaBehind(err error) *leasing.SchemaError {
+	se := (*leasing.SchemaError)(nil)
+	if errors.As(err, &se) {
+		return se
+	}
+	return nil
+}

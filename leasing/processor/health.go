@@ -2,7 +2,6 @@ package processor
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -221,14 +220,4 @@ func HealthHandler(ps ...*Processor) http.Handler {
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(body) // the client went away: nothing to do
 	})
-}
-
-// schemaBehind returns err as a *leasing.SchemaError, or nil when it is
-// not one.
-func schemaBehind(err error) *leasing.SchemaError {
-	se := (*leasing.SchemaError)(nil)
-	if errors.As(err, &se) {
-		return se
-	}
-	return nil
 }

@@ -13,13 +13,6 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
-// TracerName is the instrumentation scope of the processor's spans; the
-// stores' send spans have leasing.TracerName.
-const TracerName = instrumentationScope
-
-// instrumentationScope names the processor's tracer and its no-op meter.
-const instrumentationScope = "github.com/leasestore/leasestore/leasing/processor"
-
 // MetricName returns the name of a queue's instrument: "litebus.<queue>.<name>",
 // e.g. MetricName(leasing.Inbox, "processor.lease_lost") is
 // "litebus.inbox.processor.lease_lost".

@@ -13,6 +13,13 @@ import (
 	"github.com/leasestore/leasestore/leasing"
 )
 
+// TracerName is the instrumentation scope of the processor's spans; the
+// stores' send spans have leasing.TracerName.
+const TracerName = instrumentationScope
+
+// instrumentationScope names the processor's tracer and its no-op meter.
+const instrumentationScope = "github.com/leasestore/leasestore/leasing/processor"
+
 // Span attribute keys beyond the OpenTelemetry messaging conventions'
 // (messaging.system, messaging.operation.name and .type,
 // messaging.destination.name, messaging.message.id, messaging.client.id,
