@@ -61,7 +61,7 @@ var commands = []command{
 	{"ordering", "--queue Q [--strict true|false] [--json]", "show or set strict ordering: whether a dead-lettered head keeps its key blocked", runOrdering},
 	{"pause", "--queue Q (--topic T ... | --all) [--by WHO] [--json]", "stop claims of a queue's topics (inbox: message types), or of the whole queue", runPause},
 	{"resume", "--queue Q (--topic T ... | --all) [--json]", "let processors claim what pause stopped, at once", runResume},
-	{"serve", "[--metrics-addr ADDR] [--queue Q]", "serve queue-depth gauges for Prometheus at /metrics", runServe},
+	{"serve", "[--metrics-addr ADDR] [--queue Q] [--ui]", "serve queue-depth gauges at /metrics, /healthz, /readyz, and with --ui the web console", runServe},
 	{"doctor", "[--queue Q] [--json] [--batch N]", "check indexes, claim plan and cost, lease health, dead rows and vacuum", runDoctor},
 	{"bench", "[--messages N] [--workers W] [--batch B] [--rounds N] [--ordering-keys K] [--json] ...", "fill a database of its own, drain it via the API and via pgbench, compare", runBench},
 }
