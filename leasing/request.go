@@ -1,8 +1,13 @@
 package leasing
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -34,7 +39,7 @@ const (
 	// and the most in ExceptTopics.
 	MaxClaimTopics = 100
 	// MaxTopicBytes is the longest topic (or message type) a ClaimRequest
-	// or a PauseRequest names, in bytes.
+	// or a PauseRequest names, and a NewMessage holds, in bytes.
 	MaxTopicBytes = 256
 )
 
@@ -137,11 +142,15 @@ func validateTopic(field, t string) error {
 type NewMessage struct {
 	// ID is the message_id; the zero UUID asks for a new UUIDv7.
 	ID uuid.UUID
-	// Type is the application's message type name; may be empty.
+	// Type is the application's message type name; may be empty. At most
+	// MaxTopicBytes of UTF-8 without NUL.
 	Type string
 	// Payload is the body, 0..MaxPayloadBytes bytes; nil is stored as empty.
 	Payload []byte
-	// Headers is a JSON object or empty (stored as {}). A store with a
+	// Headers is a JSON object or empty (stored as {}), as PostgreSQL's
+	// jsonb stores it: UTF-8, no \u0000 or unpaired surrogate escape in
+	// its strings, numbers of at most 131,072 digits before the decimal
+	// point and 16,383 after (numeric's limits). A store with a
 	// TracerProvider adds the trace headers (HeaderTraceParent) unless
 	// the object holds them already.
 	Headers json.RawMessage
@@ -150,7 +159,8 @@ type NewMessage struct {
 	// IdempotencyKey deduplicates inbox messages per tenant; it must be empty
 	// on the outbox. At most MaxIdempotencyKeyBytes.
 	IdempotencyKey string
-	// Topic is the outbox destination; it must be empty on the inbox.
+	// Topic is the outbox destination, at most MaxTopicBytes of UTF-8
+	// without NUL; it must be empty on the inbox.
 	Topic string
 	// OrderingKey, when not empty, makes the messages of one key and
 	// tenant run one at a time, in enqueue order. UTF-8 without NUL.
@@ -241,20 +251,23 @@ func validateMessages(q Queue, msgs []NewMessage) ([]NewMessage, error) {
 			return nil, argumentError("idempotency key", "is an inbox field; message %d is for the outbox", i)
 		case q == Inbox && m.Topic != "":
 			return nil, argumentError("topic", "is an outbox field; message %d is for the inbox", i)
-		case len(m.Headers) > 0 && !isJSONObject(m.Headers):
-			return nil, argumentError("headers", "message %d: must be a JSON object", i)
+		}
+		if len(m.Headers) > 0 {
+			if why := unstorableHeaders(m.Headers); why != "" {
+				return nil, argumentError("headers", "message %d: %s", i, why)
+			}
 		}
 		for _, f := range [...]struct {
 			field, text string
-			max         int // bytes; 0: no limit of its own
+			max         int // bytes
 		}{
-			{"type", m.Type, 0}, {"tenant id", m.TenantID, MaxTenantIDBytes},
-			{"idempotency key", m.IdempotencyKey, MaxIdempotencyKeyBytes}, {"topic", m.Topic, 0},
+			{"type", m.Type, MaxTopicBytes}, {"tenant id", m.TenantID, MaxTenantIDBytes},
+			{"idempotency key", m.IdempotencyKey, MaxIdempotencyKeyBytes}, {"topic", m.Topic, MaxTopicBytes},
 		} {
 			switch {
 			case !validText(f.text):
 				return nil, argumentError(f.field, "must be UTF-8 without NUL (message %d)", i)
-			case f.max > 0 && len(f.text) > f.max:
+			case len(f.text) > f.max:
 				return nil, argumentError(f.field, "must be at most %d bytes, got %d (message %d)", f.max, len(f.text), i)
 			}
 		}
@@ -361,6 +374,124 @@ func validText(s string) bool {
 func isJSONObject(b json.RawMessage) bool {
 	var m map[string]json.RawMessage
 	return json.Unmarshal(b, &m) == nil && m != nil
+}
+
+// unstorableHeaders returns why PostgreSQL's jsonb would refuse b, or ""
+// when it takes it: b must be a UTF-8 JSON object whose strings hold no
+// U+0000 and no unpaired surrogate escape, and whose numbers fit numeric
+// (at most numericMaxWeight digits before the decimal point and
+// numericMaxScale after it). Go's decoder accepts all of these.
+func unstorableHeaders(b json.RawMessage) string {
+	if !utf8.Valid(b) {
+		return "must be UTF-8"
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var obj map[string]any
+	if dec.Decode(&obj) != nil || obj == nil {
+		return "must be a JSON object"
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "must be a JSON object" // more after the object
+	}
+	if why := unstorableEscapes(b); why != "" {
+		return why
+	}
+	return unstorableNumbers(obj)
+}
+
+// unstorableEscapes returns why jsonb refuses the \u escapes of the JSON
+// text b, or "": \u0000, a high surrogate not followed by a low one, and a
+// low one not preceded by a high one.
+func unstorableEscapes(b []byte) string {
+	const unpaired = "must not hold an unpaired UTF-16 surrogate escape"
+	inString, high := false, false // high: the escape just before was a high surrogate
+	for i := 0; i < len(b); i++ {
+		switch {
+		case !inString:
+			inString = b[i] == '"'
+			continue
+		case b[i] != '\\' || b[i+1] != 'u':
+			if high {
+				return unpaired
+			}
+			if b[i] == '\\' {
+				i++ // an escaped character
+			} else {
+				inString = b[i] != '"'
+			}
+			continue
+		}
+		code, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 32) // b decoded: four hex digits
+		i += 5
+		isHigh, isLow := code >= 0xD800 && code < 0xDC00, code >= 0xDC00 && code < 0xE000
+		switch {
+		case code == 0:
+			return "must not hold \\u0000, which PostgreSQL's jsonb refuses"
+		case high != isLow:
+			return unpaired
+		}
+		high = isHigh
+	}
+	return ""
+}
+
+// PostgreSQL's numeric limits on a value jsonb stores: digits before the
+// decimal point, and after it.
+const (
+	numericMaxWeight = 131072
+	numericMaxScale  = 16383
+)
+
+// unstorableNumbers returns why numeric refuses a number of v (decoded
+// with UseNumber), or "".
+func unstorableNumbers(v any) string {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			if why := unstorableNumbers(e); why != "" {
+				return why
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if why := unstorableNumbers(e); why != "" {
+				return why
+			}
+		}
+	case json.Number:
+		if !numericFits(string(v)) {
+			return fmt.Sprintf("must not hold the number %.40s, beyond PostgreSQL's numeric (%d digits before the decimal point, %d after)",
+				v, numericMaxWeight, numericMaxScale)
+		}
+	}
+	return ""
+}
+
+// numericFits reports whether the JSON number n fits numeric: at most
+// numericMaxScale digits after the decimal point, and, unless it is zero,
+// at most numericMaxWeight before it.
+func numericFits(n string) bool {
+	n = strings.TrimPrefix(n, "-")
+	mantissa, exp := n, int64(0)
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		mantissa = n[:i]
+		e, err := strconv.ParseInt(strings.TrimPrefix(n[i+1:], "+"), 10, 64)
+		if err != nil {
+			return false // an exponent beyond int64 is beyond numeric too
+		}
+		exp = e
+	}
+	intPart, frac, _ := strings.Cut(mantissa, ".")
+	if int64(len(frac))-exp > numericMaxScale {
+		return false
+	}
+	digits := intPart + frac
+	first := strings.IndexFunc(digits, func(r rune) bool { return r != '0' })
+	if first < 0 {
+		return true // zero
+	}
+	return int64(len(intPart)-first)+exp <= numericMaxWeight
 }
 
 // SanitizeError returns text as stored in last_error: invalid UTF-8 and NUL

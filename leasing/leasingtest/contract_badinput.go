@@ -101,6 +101,14 @@ func badInput(t *testing.T, b *bundle) {
 		"enqueue negative delay": func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Delay: -time.Second}); return err },
 		"enqueue bad headers":    func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Headers: []byte("[1]")}); return err },
 		"enqueue NUL in type":    func() error { _, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Type: "a\x00b"}); return err },
+		"enqueue long type": func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Type: strings.Repeat("t", leasing.MaxTopicBytes+1)})
+			return err
+		},
+		"enqueue long topic": func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Topic: strings.Repeat("t", leasing.MaxTopicBytes+1)})
+			return err
+		},
 		"enqueue other queue field": func() error {
 			_, err := b.store.Enqueue(b.ctx, wrongField)
 			return err
@@ -135,6 +143,14 @@ func badInput(t *testing.T, b *bundle) {
 			return err
 		}
 	}
+	// Headers Go's JSON decoder takes and PostgreSQL's jsonb refuses.
+	for _, h := range []string{`{"a":"\u0000"}`, `{"\u0000":1}`, `{"a":"\ud800"}`, `{"a":"\udc00x"}`, `{"a":"\ud83d\n"}`,
+		`{"a":1e131072}`, `{"a":[1e-16384]}`, `{"a":0e-16384}`, "{\"a\":\"\xff\"}", `{} {}`} {
+		calls["enqueue headers "+h] = func() error {
+			_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Headers: []byte(h)})
+			return err
+		}
+	}
 	for name, call := range calls {
 		err := call()
 		require.ErrorIs(t, err, leasing.ErrInvalidArgument, name)
@@ -145,7 +161,13 @@ func badInput(t *testing.T, b *bundle) {
 	// The limits themselves are accepted.
 	_, err := b.store.Enqueue(b.ctx, leasing.NewMessage{Payload: make([]byte, leasing.MaxPayloadBytes)})
 	require.NoError(t, err)
-	atLimits := leasing.NewMessage{Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes)}
+	atLimits := leasing.NewMessage{
+		Payload: []byte("p"), TenantID: strings.Repeat("t", leasing.MaxTenantIDBytes), Type: strings.Repeat("y", leasing.MaxTopicBytes),
+		Headers: []byte(`{"pair":"\ud83d\ude00","escaped":"\\u0000","big":-1e131071,"small":[1e-16383,0e200000]}`),
+	}
+	if b.q == leasing.Outbox {
+		atLimits.Topic = strings.Repeat("o", leasing.MaxTopicBytes)
+	}
 	if b.q == leasing.Inbox {
 		atLimits.IdempotencyKey = strings.Repeat("k", leasing.MaxIdempotencyKeyBytes)
 	}
