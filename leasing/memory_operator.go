@@ -73,33 +73,35 @@ func (m *Memory) Purge(ctx context.Context, req PurgeRequest) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cutoff := m.clock().Add(-req.OlderThan.Truncate(time.Microsecond))
-	deleted := 0
-	var heads []*Row
-	for id, r := range m.rows {
-		if deleted == req.BatchSize {
-			break
-		}
-		finished := r.Status == m.queue.Succeeded() && r.FinishedAt.Before(cutoff)
-		dead := req.IncludeDeadLettered && r.Status == StatusDeadLettered && r.DeadLetteredAt.Before(cutoff)
-		if dead && m.holdsKey(r) {
-			heads = append(heads, r) // purged below, with its key freed
-			continue
-		}
-		if finished || dead {
-			delete(m.rows, id)
-			deleted++
+	// As Postgres: the finished rows oldest first, then the dead letters
+	// that hold no key, then (PurgeHeads) those that hold their keys
+	// (strict ordering), each kind oldest first, up to BatchSize in all.
+	var finished, dead, heads []*Row
+	for _, r := range m.rows {
+		switch {
+		case r.Status == m.queue.Succeeded() && r.FinishedAt.Before(cutoff):
+			finished = append(finished, r)
+		case !req.IncludeDeadLettered || r.Status != StatusDeadLettered || !r.DeadLetteredAt.Before(cutoff):
+		case m.holdsKey(r):
+			heads = append(heads, r)
+		default:
+			dead = append(dead, r)
 		}
 	}
-	// Dead letters that hold their keys (strict ordering), oldest first, as
-	// PurgeHeads: each deletion promotes the key's next message.
-	slices.SortFunc(heads, func(a, b *Row) int { return a.DeadLetteredAt.Compare(*b.DeadLetteredAt) })
+	slices.SortFunc(finished, func(a, b *Row) int { return a.FinishedAt.Compare(*b.FinishedAt) })
+	for _, rs := range [][]*Row{dead, heads} {
+		slices.SortFunc(rs, func(a, b *Row) int { return a.DeadLetteredAt.Compare(*b.DeadLetteredAt) })
+	}
+	doomed := slices.Concat(finished, dead, heads)
+	doomed = doomed[:min(len(doomed), req.BatchSize)]
 	now := m.clock()
-	for _, r := range heads[:min(len(heads), req.BatchSize-deleted)] {
+	for _, r := range doomed {
 		delete(m.rows, r.ID)
-		m.advance(keyOf(r), now)
+		if r.Status == StatusDeadLettered && m.holdsKey(r) {
+			m.advance(keyOf(r), now) // the key's next message is promoted
+		}
 	}
-	deleted += min(len(heads), req.BatchSize-deleted)
-	return deleted, nil
+	return len(doomed), nil
 }
 
 // Stats implements Store.Stats.

@@ -120,8 +120,10 @@ type Store interface {
 	RequeueAll(ctx context.Context) (RequeueResult, error)
 
 	// Purge deletes up to r.BatchSize terminal messages finished more than
-	// r.OlderThan ago and returns how many. Call it until it returns fewer
-	// than r.BatchSize.
+	// r.OlderThan ago and returns how many: the succeeded ones oldest
+	// first, then (r.IncludeDeadLettered) the dead letters oldest first,
+	// those that hold their ordering keys last. Call it until it returns
+	// fewer than r.BatchSize.
 	//
 	// Errors: with r.IncludeDeadLettered, Postgres deletes the dead letters
 	// that hold their ordering keys in a second transaction; when that one

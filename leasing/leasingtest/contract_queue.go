@@ -1,6 +1,7 @@
 package leasingtest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -98,5 +99,43 @@ var queueCases = []contractCase{
 		require.NoError(t, err)
 		require.Equal(t, int64(1), st.Depth[leasing.StatusPending])
 		require.Equal(t, int64(1), st.Depth[b.q.Succeeded()])
+	}},
+	{"Purge/OldestFirstFinishedBeforeDeadLetters", func(t *testing.T, b *bundle) {
+		// Finished and dead-lettered a minute apart each, alternating, so
+		// that no map or id order matches the finish order by chance.
+		b.enqueueN(12)
+		ls := b.claim("a", 12)
+		var finished, dead []uuid.UUID
+		for i, l := range ls {
+			var err error
+			if i%3 == 2 {
+				_, err = b.store.DeadLetter(b.ctx, leasing.Failure{Lease: l})
+				dead = append(dead, l.Message.ID)
+			} else {
+				_, err = b.store.Complete(b.ctx, l)
+				finished = append(finished, l.Message.ID)
+			}
+			require.NoError(t, err)
+			b.env.Clock.Advance(time.Minute)
+		}
+		b.env.Clock.Advance(time.Hour)
+		// The four oldest finished rows, then (with dead letters) the other
+		// four, then the four dead letters, oldest first.
+		want := slices.Concat(finished, dead)
+		purged := 0
+		for _, n := range []int{4, 5, 3} {
+			got, err := b.store.Purge(b.ctx, leasing.PurgeRequest{OlderThan: time.Minute, BatchSize: n, IncludeDeadLettered: purged > 0})
+			require.NoError(t, err)
+			require.Equal(t, n, got)
+			purged += n
+			for i, id := range want {
+				_, err := b.store.Get(b.ctx, id)
+				if i < purged {
+					require.ErrorIs(t, err, leasing.ErrNotFound, "row %d of the purge order", i)
+				} else {
+					require.NoError(t, err, "row %d of the purge order", i)
+				}
+			}
+		}
 	}},
 }
