@@ -3,6 +3,7 @@ package processor
 import (
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,8 +45,9 @@ const MaxConcurrency = 10_000
 type Options struct {
 	// Owner is the lease owner label; New appends a random suffix
 	// (leasing.NewOwner) so that processes started with the same label are
-	// told apart. UTF-8 without NUL, at most leasing.MaxOwnerLabelBytes
-	// bytes. Defaults to the queue name.
+	// told apart. UTF-8 without NUL and without "@", which separates it
+	// from InstanceID in an instance's label, at most
+	// leasing.MaxOwnerLabelBytes bytes. Defaults to the queue name.
 	Owner string
 	// TenantID, when not empty, claims only that tenant's messages.
 	// UTF-8 without NUL.
@@ -183,6 +185,11 @@ func (o Options) resolve(q leasing.Queue) (Options, leasing.ClaimRequest, error)
 		o.LeaseDuration = DefaultLeaseDuration
 	}
 	var claim leasing.ClaimRequest
+	if strings.Contains(o.Owner, "@") {
+		// An owner "relay@a" would make the leases of its runs those of an
+		// instance "a" of "relay", which that instance's start expires.
+		return o, claim, argumentError("owner", "must not hold \"@\", which separates Owner from InstanceID; got %q", o.Owner)
+	}
 	label := o.Owner
 	if o.InstanceID != "" {
 		if o.DirectConfig == nil {

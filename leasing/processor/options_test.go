@@ -76,6 +76,7 @@ func TestProcessorOptions(t *testing.T) {
 			"NegativeHandlerTimeout":   {mem, ok, processor.Options{HandlerTimeout: -time.Second}, "handler timeout"},
 			"HandlerTimeoutMinusTwo":   {mem, ok, processor.Options{HandlerTimeout: -2}, "handler timeout"},
 			"OwnerWithNUL":             {mem, ok, processor.Options{Owner: "a\x00b"}, "owner"},
+			"OwnerWithAt":              {mem, ok, processor.Options{Owner: "relay@a"}, "owner"},
 			"OwnerTooLong":             {mem, ok, processor.Options{Owner: strings.Repeat("o", leasing.MaxOwnerBytes)}, "owner"},
 			"OwnerLabelOneTooLong":     {mem, ok, processor.Options{Owner: strings.Repeat("o", leasing.MaxOwnerLabelBytes+1)}, "owner"},
 			"RetryMaxAttemptsNegative": {mem, ok, processor.Options{RetryPolicy: processor.RetryPolicy{MaxAttempts: -1}}, "retry max attempts"},
