@@ -13,18 +13,28 @@ import (
 )
 
 const outboxDeadLetteredHeads = `-- name: OutboxDeadLetteredHeads :many
-SELECT m.message_id
-FROM outbox_ordering_keys AS k
-JOIN outbox_messages AS m ON m.message_id = k.head_id
-WHERE m.status = 'dead_lettered'
-ORDER BY m.message_id
+WITH heads AS MATERIALIZED (
+    SELECT m.message_id, m.status
+    FROM outbox_ordering_keys AS k
+    JOIN outbox_messages AS m ON m.message_id = k.head_id
+    ORDER BY m.message_id
+    FOR SHARE OF m
+)
+SELECT message_id
+FROM heads
+WHERE status = 'dead_lettered'
+ORDER BY message_id
 `
 
 // OutboxDeadLetteredHeads returns, in id order, the dead-lettered outbox
 // messages that still hold their keys: the keys strict ordering held, which
-// Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) when it turns
-// strict ordering off. It reads every key row (one per key in use): for
-// the operator's switch, not for a hot path.
+// Postgres.SetStrictOrdering frees (KeyLock, KeyAdvance) once it has
+// turned strict ordering off. It share-locks every head first, in id
+// order, and reads their status after: a write that finished a head while
+// strict ordering was still on, and kept its key, holds the head's row
+// until it commits, so the statement waits for it and sees its dead
+// letter. It reads every key row (one per key in use): for the operator's
+// switch, not for a hot path.
 func (q *Queries) OutboxDeadLetteredHeads(ctx context.Context, db DBTX) ([]uuid.UUID, error) {
 	rows, err := db.Query(ctx, outboxDeadLetteredHeads)
 	if err != nil {

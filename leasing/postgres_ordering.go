@@ -28,20 +28,27 @@ func (s *Postgres) StrictOrdering(ctx context.Context) (bool, error) {
 // on, a head dead-lettered from then on keeps its key blocked until it is
 // requeued or purged; off (the default), it frees its key. Turning it off
 // also frees the keys that dead-lettered heads hold then, promoting each
-// key's next message, in transactions after the one that turns it off
-// (MaxBatchSize keys each): should one fail, the error says so and
-// calling SetStrictOrdering(ctx, false) again frees the rest.
+// key's next message, in transactions after the one that turns it off:
+// one that finds those heads, waiting for the writes still in flight that
+// finished a head while strict ordering was on, then one per MaxBatchSize
+// keys. Should one fail, the error says so and calling
+// SetStrictOrdering(ctx, false) again frees the rest.
 //
-// Errors: the driver error.
+// Errors: the driver error; ErrLockTimeout when a write in flight held a
+// head past the store's LockTimeout.
 func (s *Postgres) SetStrictOrdering(ctx context.Context, strict bool) error {
 	set := bind(noRows(gen.New().OrderingSetStrict), gen.OrderingSetStrictParams{Queue: string(s.queue), StrictOrdering: strict})
-	steps := []step{set}
-	heads := bind(s.q.deadLetteredHeads, struct{}{})
-	if !strict {
-		steps = append(steps, heads)
-	}
-	if err := s.send(ctx, operator, steps...); err != nil {
+	if err := s.send(ctx, operator, set); err != nil {
 		return fmt.Errorf("leasing: set strict ordering %s: %w", s.queue, err)
+	}
+	if strict {
+		return nil
+	}
+	// After the commit above: a write that read strict ordering on still
+	// holds the head it finished, which this waits for.
+	heads := bind(s.q.deadLetteredHeads, struct{}{})
+	if err := s.send(ctx, operator, heads); err != nil {
+		return fmt.Errorf("leasing: set strict ordering %s: find the dead-lettered heads: %w", s.queue, err)
 	}
 	for ids := heads.out; len(ids) > 0; ids = ids[min(len(ids), MaxBatchSize):] {
 		if err := s.send(ctx, operator, s.keySteps(ids[:min(len(ids), MaxBatchSize)])...); err != nil {

@@ -585,3 +585,75 @@ func (s *slowFirstComplete) Complete(ctx context.Context, leases ...leasing.Leas
 	s.once.Do(func() { time.Sleep(s.delay) })
 	return s.Postgres.Complete(ctx, leases...)
 }
+
+// TestStrictOrderingOffFreesHeadsInFlight: a dead letter of a keyed head
+// that read strict ordering on and has not committed when
+// SetStrictOrdering(false) commits still has its key freed by that call,
+// which waits for it. The dead letter's commit is held on an advisory lock
+// the test owns (a deferred trigger), released only once
+// SetStrictOrdering has returned or waits for the head.
+func TestStrictOrderingOffFreesHeadsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.NewPool(t)
+	store, err := leasing.NewPostgres(pool, leasing.Inbox, leasing.PostgresOptions{})
+	require.NoError(t, err)
+	require.NoError(t, store.SetStrictOrdering(ctx, true))
+	res, err := store.Enqueue(ctx, leasing.NewMessage{OrderingKey: "k"}, leasing.NewMessage{OrderingKey: "k"})
+	require.NoError(t, err)
+	head, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, head, 1)
+
+	const gate = 7301 // advisory lock key, this database's own
+	_, err = pool.Exec(ctx, `
+CREATE FUNCTION gate_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'dead_lettered' THEN PERFORM pg_advisory_xact_lock_shared(7301); END IF;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER gate_dead_letter AFTER UPDATE ON inbox_messages
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gate_dead_letter()`)
+	require.NoError(t, err)
+	holder, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", gate)
+	require.NoError(t, err)
+
+	waiting := func(query string) bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, query).Scan(&n))
+		return n > 0
+	}
+	deadLettered := make(chan error, 1)
+	go func() {
+		_, err := store.DeadLetter(ctx, leasing.Failure{Lease: head[0], Error: "boom"})
+		deadLettered <- err
+	}()
+	require.Eventually(t, func() bool { return waiting("CommitCall") }, 10*time.Second, 5*time.Millisecond,
+		"the dead letter waits to commit, strict ordering read on")
+	turnedOff := make(chan error, 1)
+	go func() { turnedOff <- store.SetStrictOrdering(ctx, false) }()
+	var returned bool
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-turnedOff:
+			turnedOff <- err
+			returned = true
+		default:
+		}
+		return returned || waiting("DeadLetteredHeads")
+	}, 10*time.Second, 5*time.Millisecond)
+	require.False(t, returned, "SetStrictOrdering(false) returned before the dead letter in flight committed")
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", gate)
+	require.NoError(t, err)
+	require.NoError(t, <-deadLettered)
+	require.NoError(t, <-turnedOff)
+
+	next, err := store.Claim(ctx, leasing.ClaimRequest{Owner: "w", BatchSize: 10, LeaseFor: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, next, 1, "the key's next message is claimable")
+	require.Equal(t, res.IDs[1], next[0].Message.ID)
+}
