@@ -86,7 +86,7 @@ func TestMigrate(t *testing.T) {
 			require.Equal(t, "pending", status, table)
 			require.True(t, due, table)
 			require.False(t, leased, table)
-			require.Zero(t, generation, table)
+			require.Positive(t, generation, "%s: generations start at the enqueueing transaction's id", table)
 			require.Zero(t, attempts, table)
 		}
 	})

@@ -27,7 +27,7 @@ type InboxMessage struct {
 	LeaseOwner *string
 	// Database time the current lease ends; set if and only if status is processing.
 	LeaseExpiresAt *time.Time
-	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
+	// Fencing token: the enqueueing transaction's id at first, +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
 	// The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.
 	OutcomeGeneration int64
@@ -92,7 +92,7 @@ type OutboxMessage struct {
 	LeaseOwner *string
 	// Database time the current lease ends; set if and only if status is publishing.
 	LeaseExpiresAt *time.Time
-	// Fencing token: +1 on every claim, never reset; every renew and outcome write must carry it.
+	// Fencing token: the enqueueing transaction's id at first, +1 on every claim, never reset; every renew and outcome write must carry it.
 	LeaseGeneration int64
 	// The lease_generation whose holder wrote the latest release, fail or dead-letter (0: none); with outcome, lets a retried write tell already applied from lost after the row was claimed again.
 	OutcomeGeneration int64

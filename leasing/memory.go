@@ -34,6 +34,11 @@ type Memory struct {
 	keys   map[[2]string]*memKey // ordering keys in use, by (tenant, key)
 	strict bool                  // SetStrictOrdering
 	paused map[string]Pause      // Pause, by topic ("" for the whole queue)
+	// purgedGeneration is the highest lease generation of a purged row:
+	// a new row's generations start there, so that no lease of a purged
+	// row passes the fence of a row enqueued again under its id (as the
+	// enqueueing transaction's id does on Postgres, migration 00018).
+	purgedGeneration int64
 }
 
 var _ Store = (*Memory)(nil)

@@ -93,8 +93,9 @@ func (m *Memory) planEnqueue(msgs []NewMessage, pending []*Row) ([]*Row, Enqueue
 				OrderingKey: msg.OrderingKey,
 				CreatedAt:   now, VisibleAfter: now.Add(msg.Delay.Truncate(time.Microsecond)),
 			},
-			Status:   StatusPending,
-			Attempts: []Attempt{},
+			Status:          StatusPending,
+			Attempts:        []Attempt{},
+			LeaseGeneration: m.purgedGeneration,
 		}
 		if msg.IdempotencyKey != "" {
 			keys[key] = r

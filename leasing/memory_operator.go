@@ -97,6 +97,7 @@ func (m *Memory) Purge(ctx context.Context, req PurgeRequest) (int, error) {
 	now := m.clock()
 	for _, r := range doomed {
 		delete(m.rows, r.ID)
+		m.purgedGeneration = max(m.purgedGeneration, r.LeaseGeneration)
 		if r.Status == StatusDeadLettered && m.holdsKey(r) {
 			m.advance(keyOf(r), now) // the key's next message is promoted
 		}

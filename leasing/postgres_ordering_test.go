@@ -290,7 +290,10 @@ func TestOrderingKeyCrashedHeadIsReclaimedFirst(t *testing.T) {
 // enqueued again with ordering key "k", followed by next, of the same
 // key: the new row is claimed by the lease's owner, "w", at the lease's
 // generation, so that the lease passes the new row's fence though it
-// names no key (see Lease).
+// names no key (see Lease). A new row's generations start above the
+// purged row's (migration 00018), so the test sets the new row's back to
+// where the purged row's started, as a row inserted with a generation of
+// its own may have it.
 func purgedIncarnation(t *testing.T, url string, q leasing.Queue, opts leasing.PostgresOptions) (pool *pgxpool.Pool, store *leasing.Postgres, old leasing.Lease, next uuid.UUID) {
 	t.Helper()
 	ctx := context.Background()
@@ -320,6 +323,8 @@ func purgedIncarnation(t *testing.T, url string, q leasing.Queue, opts leasing.P
 	keyed, after := m, plainMessage(q)
 	keyed.OrderingKey, after.OrderingKey = "k", "k"
 	res, err := store.Enqueue(ctx, keyed, after)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+q.Table()+" SET lease_generation = $1 WHERE message_id = $2", old.Generation-1, m.ID)
 	require.NoError(t, err)
 	require.Equal(t, old.Generation, claim()[0].Generation)
 	return pool, store, old, res.IDs[1]

@@ -117,15 +117,17 @@ type Message struct {
 // back unchanged to the writes: (Message.ID, Owner, Generation) is the
 // fence they check. Times are the store's clock.
 //
-// A message id enqueued again after its row was purged starts its
-// generations anew, so a lease of the purged row passes the new row's
-// fence once an owner of the same name claims the new row (owners from
-// NewOwner end in 48 random bits, so they do not repeat in practice).
-// Such a write applies to the new row and frees the new row's ordering
-// key, whatever key the lease names; Postgres does that in a transaction
-// after the write's (CompleteTx: in the caller's), and should it fail, the
-// write returns an error saying that it committed, which matches none of
-// the store's error values (sending the write again frees the key).
+// A row's generations start above those of every earlier row with the
+// same message id (Postgres: at the enqueueing transaction's id, migration
+// 00018; Memory: at the highest generation of a purged row), so that a
+// lease of a purged row fails the fence of a row enqueued again under its
+// id, even when the same owner claimed that row. A row inserted by other
+// means with a generation of its own may still meet such a lease: the
+// write then applies to the new row and frees the new row's ordering key,
+// whatever key the lease names; Postgres does that in a transaction after
+// the write's (CompleteTx: in the caller's), and should it fail, the write
+// returns an error saying that it committed, which matches none of the
+// store's error values (sending the write again frees the key).
 type Lease struct {
 	Queue Queue
 	Owner string
@@ -155,7 +157,8 @@ type Row struct {
 	LeaseOwner string
 	// LeaseExpiresAt is set if and only if the row is in flight.
 	LeaseExpiresAt *time.Time
-	// LeaseGeneration is the fencing token: +1 per claim, never reset.
+	// LeaseGeneration is the fencing token: the row's first (see Lease),
+	// then +1 per claim, never reset.
 	LeaseGeneration int64
 	// LastWriteGeneration is the generation that wrote the latest release,
 	// fail or dead-letter (0 if none), and LastWrite what it wrote (the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasestore/leasestore/internal/dbtest"
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 )
 
 // TestClaim claims with JSON and text output, with and without a tenant.
@@ -41,13 +42,14 @@ func TestClaim(t *testing.T) {
 	require.Len(t, claimed.Leases, 2)
 	for _, l := range claimed.Leases {
 		require.Equal(t, "ops-1", l.Owner, "the owner is used as given")
-		require.Equal(t, int64(1), l.Generation)
 		require.Equal(t, 1, l.Attempt)
 		require.WithinDuration(t, time.Now().Add(time.Minute), l.ExpiresAt, 30*time.Second)
 		row, err := storeFor(t, url, leasing.Inbox).Get(t.Context(), l.MessageID)
 		require.NoError(t, err)
 		require.Equal(t, leasing.StatusProcessing, row.Status)
 		require.Equal(t, "ops-1", row.LeaseOwner)
+		require.Equal(t, row.LeaseGeneration, l.Generation)
+		require.Equal(t, int64(1), leasingtest.Generations(row), "claimed once")
 	}
 
 	out := requireOK(t, "claim", "--queue", "inbox", "--owner", "ops-2", "--tenant", "t2", "--database-url", url)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,8 @@ func TestGetPrintsHistory(t *testing.T) {
 			}
 		}
 		require.Len(t, history, 2, out)
-		require.Regexp(t, `^1 +failed +worker-a#1 +\S+ +\S+ +"connection refused\\nat line 2"$`, history[0])
-		require.Regexp(t, `^2 +`+string(q.Succeeded())+` +worker-b#2 +\S+ +\S+ +-$`, history[1])
+		require.Regexp(t, fmt.Sprintf(`^1 +failed +worker-a#%d +\S+ +\S+ +"connection refused\\nat line 2"$`, first.Generation), history[0])
+		require.Regexp(t, fmt.Sprintf(`^2 +%s +worker-b#%d +\S+ +\S+ +-$`, q.Succeeded(), second.Generation), history[1])
 
 		var got rowJSON
 		out = requireOK(t, "get", "--queue", string(q), "--id", id.String(), "--json", "--database-url", url)
@@ -113,7 +114,7 @@ func TestDeadLetterCommand(t *testing.T) {
 
 		out := requireOK(t, append(args, "--force")...)
 		require.Contains(t, out, "dead-lettered "+string(q)+" message "+id.String()+" after 1 attempt\n")
-		require.Contains(t, out, `fenced the live lease of "worker-a" (generation 1)`)
+		require.Contains(t, out, fmt.Sprintf(`fenced the live lease of "worker-a" (generation %d)`, held.Generation))
 		res, err := store.Complete(t.Context(), held)
 		require.NoError(t, err)
 		require.Equal(t, leasing.OutcomeTerminal, res.Outcomes[0].Outcome, "the holder is fenced")
@@ -135,7 +136,7 @@ func TestDeadLetterCommand(t *testing.T) {
 		require.Equal(t, held.Generation, entry.Generation)
 		require.Equal(t, "poison: ticket 42", entry.Error)
 		text := requireOK(t, "get", "--queue", string(q), "--id", id.String(), "--database-url", url)
-		require.Regexp(t, `1 +dead_lettered \(operator\) \(forced\) +worker-a#1 .* poison: ticket 42`, text)
+		require.Regexp(t, fmt.Sprintf(`1 +dead_lettered \(operator\) \(forced\) +worker-a#%d .* poison: ticket 42`, held.Generation), text)
 		require.Contains(t, text, "history: 1 finished attempt, oldest first")
 
 		r = leasectl(t, args...)
@@ -232,5 +233,5 @@ func TestGetQuotesControlCharacters(t *testing.T) {
 	require.NotContains(t, out, "\x07", out)
 	require.Contains(t, out, `"t\x1b[2J"`)
 	require.Contains(t, out, `"\x1b[31mred"`)
-	require.Contains(t, out, `"w\a"#1`)
+	require.Contains(t, out, fmt.Sprintf(`"w\a"#%d`, l[0].Generation))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,14 +35,20 @@ func TestDemoTrace(t *testing.T) {
 	// process span, linked to the send span, and the handler's span under it.
 	for _, pattern := range []string{
 		`(?m)^  trace [0-9a-f]{32}\n    POST /orders +server .*\n      send outbox +producer `,
-		`(?m)^    claim outbox +client .* message_count=1 ⇠ send outbox\n      process outbox +consumer .* attempt=1 lease\.generation=1 process\.result=failed error\.type=handler_error write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
-		`(?m)^    claim outbox +client .* ⇠ send outbox\n      process outbox +consumer .* attempt=2 lease\.generation=2 process\.result=published write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
+		`(?m)^    claim outbox +client .* message_count=1 ⇠ send outbox\n      process outbox +consumer .* attempt=1 lease\.generation=\d+ process\.result=failed error\.type=handler_error write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
+		`(?m)^    claim outbox +client .* ⇠ send outbox\n      process outbox +consumer .* attempt=2 lease\.generation=\d+ process\.result=published write\.outcome=applied ⇠ send outbox\n        broker publish orders`,
 		`(?m)^    fail outbox +client .* ⇠ process outbox #1$`,
 		`(?m)^    complete outbox +client .* ⇠ process outbox #2$`,
 		`(?m)^    renew outbox +client .* renew\.renewed=1$`,
 	} {
 		require.Regexp(t, regexp.MustCompile(pattern), text)
 	}
+	// The second attempt's lease is the next generation of the first's.
+	gens := regexp.MustCompile(`attempt=\d+ lease\.generation=(\d+)`).FindAllStringSubmatch(text, -1)
+	require.Len(t, gens, 2, text)
+	first, err := strconv.ParseInt(gens[0][1], 10, 64)
+	require.NoError(t, err)
+	require.Equal(t, strconv.FormatInt(first+1, 10), gens[1][1], text)
 }
 
 func TestPrintHistograms(t *testing.T) {

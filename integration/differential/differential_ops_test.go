@@ -72,11 +72,34 @@ func (r *diffRun) enqueue(q leasing.Queue) {
 		for _, d := range mres.Duplicates {
 			dup[d.Index] = true
 		}
+		var added []uuid.UUID
 		for i, id := range mres.IDs {
 			if !dup[i] {
 				r.remember(q, id)
+				added = append(added, id)
 			}
 		}
+		r.alignGenerations(q, added)
+	}
+}
+
+// alignGenerations gives the rows ids just enqueued on PostgreSQL the
+// first lease generation the Memory store gave them. The stores start a
+// new row's generations from different sources (the enqueueing
+// transaction's id; the highest generation of a purged row), which are
+// alike only in starting above every purged row's, so the run compares
+// what happens from there on.
+func (r *diffRun) alignGenerations(q leasing.Queue, ids []uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	first, err := r.mem[q].Get(r.ctx, ids[0])
+	if err != nil {
+		r.t.Fatalf("align generations: %v", err)
+	}
+	_, err = r.pg[q].Pool().Exec(r.ctx, "UPDATE "+q.Table()+" SET lease_generation = $1 WHERE message_id = ANY($2)", first.LeaseGeneration, ids)
+	if err != nil {
+		r.t.Fatalf("align generations: %v", err)
 	}
 }
 

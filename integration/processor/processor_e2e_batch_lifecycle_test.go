@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -69,7 +70,7 @@ func testE2EBatchLifecycle(t *testing.T, q leasing.Queue) {
 		for _, id := range ids {
 			r := b.row(t, id)
 			require.Equal(t, 2, r.AttemptCount)
-			require.Equal(t, int64(2), r.LeaseGeneration)
+			require.Equal(t, int64(2), leasingtest.Generations(r))
 			require.Len(t, b.broker.of(id), 2)
 		}
 		// A write of the late success would count persist_rejected (the
@@ -166,7 +167,7 @@ func testE2EBatchLifecycle(t *testing.T, q leasing.Queue) {
 		for _, id := range ids {
 			r := b.row(t, id)
 			require.Equal(t, a.p.Owner(), r.LeaseOwner)
-			require.Equal(t, int64(1), r.LeaseGeneration, "never reclaimed")
+			require.Equal(t, int64(1), leasingtest.Generations(r), "never reclaimed")
 			require.Len(t, b.broker.of(id), 1)
 		}
 		require.Equal(t, int64(1), broker.calls.Load(), "one call for the three")

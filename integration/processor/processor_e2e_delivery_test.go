@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -39,7 +40,7 @@ func testE2ESuccess(t *testing.T, q leasing.Queue) {
 		for _, id := range ids {
 			r := b.row(t, id)
 			require.Equal(t, 1, r.AttemptCount)
-			require.Equal(t, int64(1), r.LeaseGeneration)
+			require.Equal(t, int64(1), leasingtest.Generations(r))
 			require.Equal(t, p.p.Owner(), r.LeaseOwner)
 			require.Nil(t, r.LeaseExpiresAt)
 			require.NotNil(t, r.FinishedAt)
@@ -122,7 +123,7 @@ func testE2EDisjointClaims(t *testing.T, q leasing.Queue) {
 					r := b.row(t, id)
 					require.Equal(t, procs[i].p.Owner(), r.LeaseOwner)
 					require.Equal(t, 1, r.AttemptCount)
-					require.Equal(t, int64(1), r.LeaseGeneration)
+					require.Equal(t, int64(1), leasingtest.Generations(r))
 				}
 			}
 		}
@@ -168,7 +169,7 @@ func testE2ETenantScoping(t *testing.T, q leasing.Queue) {
 				for _, id := range byTenant[later] {
 					r := b.row(t, id)
 					require.Equal(t, leasing.StatusPending, r.Status)
-					require.Zero(t, r.LeaseGeneration, "tenant %q's message claimed by processor %s", later, p.label)
+					require.Zero(t, leasingtest.Generations(r), "tenant %q's message claimed by processor %s", later, p.label)
 				}
 			}
 		}

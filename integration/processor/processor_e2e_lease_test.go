@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -44,7 +45,7 @@ func testE2ELeaseLoss(t *testing.T, q leasing.Queue) {
 		b.waitStatus(t, id, q.Succeeded())
 		r = b.row(t, id)
 		require.Equal(t, bp.p.Owner(), r.LeaseOwner, "b reclaimed and finished it")
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		require.Equal(t, 2, r.AttemptCount, "the lost attempt counts")
 
 		// Stopping a cancels its handler; its failed write never reaches
@@ -103,7 +104,7 @@ func testE2ELeaseLoss(t *testing.T, q leasing.Queue) {
 		require.NoError(t, bp.stop(t))
 		r := b.row(t, id)
 		require.Equal(t, a.p.Owner(), r.LeaseOwner)
-		require.Equal(t, int64(1), r.LeaseGeneration, "never reclaimed")
+		require.Equal(t, int64(1), leasingtest.Generations(r), "never reclaimed")
 		require.Equal(t, 1, r.AttemptCount)
 		a.requireCounters(t, map[string]int64{"leases_acquired": 1, "succeeded": 1})
 		bp.requireCounters(t, map[string]int64{})
@@ -146,7 +147,7 @@ func testE2ELeaseLoss(t *testing.T, q leasing.Queue) {
 		r := b.row(t, id)
 		require.Equal(t, q.Succeeded(), r.Status)
 		require.Equal(t, bp.p.Owner(), r.LeaseOwner)
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		require.Equal(t, 2, r.AttemptCount)
 		a.requireCounters(t, map[string]int64{"leases_acquired": 1, "lease_lost": 1, "persist_skipped": 1})
 		bp.requireCounters(t, map[string]int64{"leases_acquired": 1, "succeeded": 1})
@@ -168,14 +169,15 @@ func testE2ELeaseLoss(t *testing.T, q leasing.Queue) {
 		b.clock.Advance(31 * time.Second)
 		other := b.rawClaim(t, "other", 10)
 		require.Len(t, other, 1)
-		require.Equal(t, int64(2), other[0].Generation)
+		require.Equal(t, int64(2), leasingtest.Generations(b.row(t, id)), "a claimed, other reclaimed")
+		require.Equal(t, b.row(t, id).LeaseGeneration, other[0].Generation)
 
 		close(release)
 		b.waitFor(t, func() bool { return a.counter("persist_rejected") == 1 }, "a's success write refused")
 		r := b.row(t, id)
 		require.Equal(t, q.InFlight(), r.Status, "a's late success did not finish the message")
 		require.Equal(t, "other", r.LeaseOwner)
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		wr, err := b.store.Complete(ctx, other...)
 		require.NoError(t, err)
 		require.NoError(t, wr.Err(), "the new owner finishes it")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -50,7 +51,7 @@ func testE2ERetries(t *testing.T, q leasing.Queue) {
 		require.NoError(t, p.stop(t))
 		r = b.row(t, id)
 		require.Equal(t, 2, r.AttemptCount)
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		require.EqualValues(t, 2, calls.Load())
 		require.Len(t, b.broker.of(id), 2, "delivered twice: the failed attempt and the retry")
 		p.requireCounters(t, map[string]int64{"leases_acquired": 2, "failed": 1, "succeeded": 1})
@@ -107,7 +108,7 @@ func testE2ERetries(t *testing.T, q leasing.Queue) {
 		require.NoError(t, p.stop(t))
 		r = b.row(t, id)
 		require.Equal(t, 1, r.AttemptCount, "requeue resets the attempts")
-		require.Equal(t, int64(4), r.LeaseGeneration, "the generation never resets")
+		require.Equal(t, int64(4), leasingtest.Generations(r), "the generation never resets")
 		require.Empty(t, r.LastError, "requeue clears the error")
 		require.Nil(t, r.DeadLetteredAt)
 		require.EqualValues(t, 4, calls.Load())

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -64,7 +65,7 @@ func testE2EShutdown(t *testing.T, q leasing.Queue) {
 			r := b.row(t, id)
 			require.Equal(t, bp.p.Owner(), r.LeaseOwner)
 			require.Equal(t, 1, r.AttemptCount, "the release burned no attempt")
-			require.Equal(t, int64(2), r.LeaseGeneration)
+			require.Equal(t, int64(2), leasingtest.Generations(r))
 			require.Len(t, b.broker.of(id), 1, "never delivered by a")
 		}
 		a.requireCounters(t, map[string]int64{"leases_acquired": 3, "succeeded": 1})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasestore/leasestore/leasing"
+	"github.com/leasestore/leasestore/leasing/leasingtest"
 	"github.com/leasestore/leasestore/leasing/processor"
 )
 
@@ -57,7 +58,7 @@ func testE2EHandlerTimeout(t *testing.T, q leasing.Queue) {
 		r = b.row(t, id)
 		require.Equal(t, timedOut, r.LastError)
 		require.Equal(t, 2, r.AttemptCount)
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		require.Nil(t, r.LeaseExpiresAt)
 		require.Len(t, b.broker.of(id), 2)
 		a.requireCounters(t, map[string]int64{"leases_acquired": 2, "failed": 1, "dead_lettered": 1})
@@ -118,7 +119,7 @@ func testE2EHandlerTimeout(t *testing.T, q leasing.Queue) {
 		r = b.row(t, hung)
 		require.Equal(t, q.Succeeded(), r.Status)
 		require.Equal(t, "other", r.LeaseOwner, "finished by the other worker's lease")
-		require.Equal(t, int64(2), r.LeaseGeneration)
+		require.Equal(t, int64(2), leasingtest.Generations(r))
 		// A second write of a's attempt would count persist_rejected (the
 		// fence refuses generation 1) or a second succeeded.
 		a.requireCounters(t, map[string]int64{"leases_acquired": 2, "failed": 1, "succeeded": 1})

@@ -77,6 +77,7 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 		require.NoError(t, err)
 		ids = append(ids, got...)
 	}
+	starts := firstGenerations(t, admin, cfg.queue)
 
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
@@ -335,7 +336,7 @@ func runStress(t *testing.T, cfg stressConfig) stressResult {
 	stopWG.Wait()
 	require.Zero(t, active, "messages still active after %s", cfg.timeout)
 
-	res := checkStress(t, cfg, admin, ids, rec, clockSkew(t, admin))
+	res := checkStress(t, cfg, admin, ids, starts, rec, clockSkew(t, admin))
 	res.elapsed = elapsed
 	res.kills = kills
 	res.dropped = dropper.dropped.Load()

@@ -37,13 +37,14 @@ var claimCases = []contractCase{
 	}},
 	{"Claim/SetsLeaseAndCountsAttempt", func(t *testing.T, b *bundle) {
 		id := b.enqueueN(1)[0]
+		start := b.get(id).LeaseGeneration
 		now := b.env.Clock.Now()
 		got := b.claim("owner-1", 1)
 		require.Len(t, got, 1)
 		l := got[0]
 		require.Equal(t, b.q, l.Queue)
 		require.Equal(t, "owner-1", l.Owner)
-		require.Equal(t, int64(1), l.Generation)
+		require.Equal(t, start+1, l.Generation, "a claim adds 1 to the row's generation")
 		require.Equal(t, 1, l.Attempt)
 		require.True(t, now.Add(lease).Equal(l.ExpiresAt), "expires %s, want %s", l.ExpiresAt, now.Add(lease))
 		row := b.get(id)

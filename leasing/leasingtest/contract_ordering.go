@@ -197,20 +197,19 @@ var orderingCases = []contractCase{
 		require.Equal(t, []uuid.UUID{ids[1]}, idsOf(b.claim("w", 10)))
 		require.Equal(t, leasing.StatusDeadLettered, b.get(ids[0]).Status)
 	}},
-	{"Ordering/StaleLeaseOfAPurgedIncarnationFreesTheRowsKey", func(t *testing.T, b *bundle) {
+	{"Ordering/StaleLeaseOfAPurgedIncarnationIsLost", func(t *testing.T, b *bundle) {
 		// A message id enqueued again after a purge starts its lease
-		// generations anew, so a lease of the purged row held by an owner
-		// of the same name passes the fence of the new row. Its write
-		// finishes the new row, and must free the new row's key, which
-		// the lease does not name.
+		// generations above the purged row's, so a lease of the purged row
+		// fails the new row's fence even when an owner of the same name
+		// claimed the new row: its write is lost, and the new row and its
+		// key stay with the new lease.
 		writes := map[string]func(old leasing.Lease) (leasing.WriteResult, error){
 			"complete": func(old leasing.Lease) (leasing.WriteResult, error) { return b.store.Complete(b.ctx, old) },
 			"dead-letter": func(old leasing.Lease) (leasing.WriteResult, error) {
 				return b.store.DeadLetter(b.ctx, leasing.Failure{Lease: old, Error: "stale"})
 			},
+			"release": func(old leasing.Lease) (leasing.WriteResult, error) { return b.store.Release(b.ctx, old) },
 			"complete and claim": func(old leasing.Lease) (leasing.WriteResult, error) {
-				// The claim's topic has no message: on Postgres the claim
-				// runs before the key the lease did not name is freed.
 				r := leasing.ClaimRequest{Owner: "w", BatchSize: 1, LeaseFor: lease, Topics: []string{"none"}}
 				res, _, err := b.completeAndClaim([]leasing.Lease{old}, r)
 				return res, err
@@ -233,12 +232,19 @@ var orderingCases = []contractCase{
 			ids := b.enqueue(leasing.NewMessage{ID: id, Payload: []byte(name), OrderingKey: name}, leasing.NewMessage{Payload: []byte(name), OrderingKey: name})
 			l := b.claim("w", 10)
 			require.Equal(t, []uuid.UUID{id}, idsOf(l))
-			require.Equal(t, old[0].Generation, l[0].Generation, "a new row's generations start anew")
+			require.Greater(t, l[0].Generation, old[0].Generation, "a new row's generations start above the purged row's")
 			res, err = write(old[0])
 			require.NoError(t, err, name)
-			require.NoError(t, res.Err(), "%s: the fence is (id, owner, generation)", name)
+			require.ErrorIs(t, res.Err(), leasing.ErrLeaseLost, name)
+			row := b.get(id)
+			require.Equal(t, b.q.InFlight(), row.Status, "%s: the new row stays leased", name)
+			require.Equal(t, l[0].Generation, row.LeaseGeneration, name)
+			require.Empty(t, b.claim("w", 10), "%s: the key stays with the new row", name)
+			res, err = b.store.Complete(b.ctx, l...)
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
 			next := b.claim("w", 10)
-			require.Equal(t, []uuid.UUID{ids[1]}, idsOf(next), "%s frees the row's key", name)
+			require.Equal(t, []uuid.UUID{ids[1]}, idsOf(next), "%s: the new row's completion frees its key", name)
 			res, err = b.store.Complete(b.ctx, next...)
 			require.NoError(t, err)
 			require.NoError(t, res.Err())
