@@ -133,8 +133,8 @@ func (r *diffRun) claim(q leasing.Queue) {
 	r.same("claim leases", normLeases(ml), normLeases(pl))
 	r.seen["claimed"] += len(ml)
 	for _, l := range ml {
-		if l.Generation > 1 {
-			r.seen["reclaimed"]++
+		if l.Attempt > 1 {
+			r.seen["claimed again"]++
 		}
 	}
 	for i := range ml {
